@@ -1,0 +1,20 @@
+# The two entry points of the README. Both set up .venv first (fast when already done).
+PY := .venv/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test bench clean
+
+setup:
+	bash scripts/setup.sh
+
+demo: setup
+	$(PY) -m pyg_lie demo
+
+test: setup
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) -m pyg_lie bench neighbors
+
+clean:
+	rm -rf .venv .pytest_cache .hypothesis

@@ -1,0 +1,5 @@
+import sys
+
+from pyg_lie.cli import main
+
+sys.exit(main())

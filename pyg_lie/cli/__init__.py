@@ -1,0 +1,70 @@
+"""The ``pyg-lie`` command line: ``demo``, ``train TASK``, ``bench NAME``.
+
+Each task or benchmark lives in its own module exposing
+``add_arguments(parser)`` and ``main(args)``; modules are imported lazily so
+that ``pyg-lie --help`` stays fast and optional dependencies stay optional.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+from typing import Optional, Sequence
+
+TRAIN = {
+    "constellation": ("pyg_lie.experiments.constellation", "LieTransformer on constellation counting"),
+    "lie-sequence": ("pyg_lie.experiments.lie_sequence", "Lie-algebra attention on sequence completion"),
+    "swe": ("pyg_lie.experiments.swe", "S^2 attention on shallow-water one-step prediction"),
+    "vit": ("pyg_lie.experiments.vit", "O(2)-subgroup equivariant ViT on image classification"),
+    "springs": ("pyg_lie.experiments.springs", "Hamiltonian LieTransformer on spring dynamics"),
+    "qm9": ("pyg_lie.experiments.qm9", "LieTransformer on QM9"),
+}
+BENCH = {
+    "neighbors": ("pyg_lie.benchmarks.neighbors", "radius-graph backends side by side"),
+    "lie-self-attention": ("pyg_lie.benchmarks.lie_self_attention", "LieSelfAttention vs dense and TransformerConv"),
+    "s2-attention": ("pyg_lie.benchmarks.s2_attention", "S^2 attention vs torch-harmonics"),
+    "vit": ("pyg_lie.benchmarks.vit", "equivariant ViT vs plain ViT"),
+    "lie-algebra-attention": ("pyg_lie.benchmarks.lie_algebra_attention", "Lie-algebra attention timings"),
+}
+OTHER = {
+    "demo": ("pyg_lie.experiments.demo", "the library's main job: a short demonstration"),
+    "summary": ("pyg_lie.experiments.lie_sequence_summary", "Lie-sequence tables vs the paper"),
+}
+
+
+def _available(table: dict) -> dict:
+    out = {}
+    for name, (mod, help_) in table.items():
+        if importlib.util.find_spec(mod) is not None:
+            out[name] = (mod, help_)
+    return out
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """Build the parser; only the module of the selected command is imported."""
+    parser = argparse.ArgumentParser(prog="pyg-lie", description="Equivariant attention over Lie groups for PyG.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+
+    def add(subparsers, name, mod, help_, selected):
+        p = subparsers.add_parser(name, help=help_, description=help_, formatter_class=fmt)
+        p.set_defaults(_module=mod)
+        if selected:
+            importlib.import_module(mod).add_arguments(p)
+
+    for name, (mod, help_) in _available(OTHER).items():
+        add(sub, name, mod, help_, list(argv[:1]) == [name])
+    for group, table in (("train", TRAIN), ("bench", BENCH)):
+        gp = sub.add_parser(group, help="train a task" if group == "train" else "run a benchmark")
+        gsub = gp.add_subparsers(dest="task", required=True)
+        for name, (mod, help_) in _available(table).items():
+            add(gsub, name, mod, help_, list(argv[:2]) == [group, name])
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv).parse_args(argv)
+    result = importlib.import_module(args._module).main(args)
+    return int(result or 0)

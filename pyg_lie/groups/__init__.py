@@ -1,0 +1,46 @@
+"""Matrix Lie groups with one small interface (see :class:`LieGroup`)."""
+from __future__ import annotations
+
+from .base import LieGroup
+from .se2 import SE2
+from .so2 import SO2
+from .tn import Tn
+
+__all__ = ["LieGroup", "Tn", "SO2", "SE2", "get_group", "GROUPS"]
+
+# name -> factory; filled below and extended by the modules that define more groups
+GROUPS = {
+    "T1": lambda: Tn(1),
+    "T2": lambda: Tn(2),
+    "T3": lambda: Tn(3),
+    "SO2": SO2,
+    "SE2": SE2,
+}
+
+try:  # groups written in their own modules; optional while they land
+    from .so3 import SO3  # noqa: F401
+    from .se3 import SE3  # noqa: F401
+    GROUPS.update({"SO3": SO3, "SE3": SE3})
+    __all__ += ["SO3", "SE3"]
+except ImportError:  # pragma: no cover
+    pass
+try:
+    from .aff import Aff2, Aff3  # noqa: F401
+    GROUPS.update({"Aff2": Aff2, "Aff3": Aff3})
+    __all__ += ["Aff2", "Aff3"]
+except ImportError:  # pragma: no cover
+    pass
+try:
+    from .finite import Cn, Dn, Tetrahedral, Octahedral, Icosahedral  # noqa: F401
+    __all__ += ["Cn", "Dn", "Tetrahedral", "Octahedral", "Icosahedral"]
+except ImportError:  # pragma: no cover
+    pass
+
+
+def get_group(group: "str | LieGroup") -> LieGroup:
+    """Return a group object from a name such as ``"SE2"`` (or pass one through)."""
+    if isinstance(group, LieGroup):
+        return group
+    if not isinstance(group, str) or group not in GROUPS:
+        raise ValueError(f"unknown group {group!r}; choose one of {sorted(GROUPS)} or pass a LieGroup")
+    return GROUPS[group]()

@@ -1,0 +1,262 @@
+"""The common interface of every matrix Lie group in :mod:`pyg_lie.groups`.
+
+Elements are batched ``(..., m, m)`` matrices, algebra elements are coordinate
+vectors ``(..., dim)`` in a fixed basis that is orthonormal for the Frobenius
+inner product ``<A, B> = tr(A^T B)``, so ``||vee(X)|| = ||X||_F``.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+
+
+class LieGroup(ABC):
+    """Abstract matrix Lie group.
+
+    Subclasses set the class attributes and implement :meth:`exp`, :meth:`log`
+    and, where they have one, a closed-form :meth:`inv`.
+
+    Attributes:
+        name: short name such as ``"SE3"``.
+        matrix_size: ``m``, elements are ``(..., m, m)``.
+        dim: dimension of the Lie algebra.
+        space_dim: ``n``, the group acts on points of ``R^n`` (``S^2`` for SO(3)).
+        blocks: ordered ``{name: slice}`` decomposition of algebra coordinates.
+    """
+
+    name: str = "LieGroup"
+    matrix_size: int
+    dim: int
+    space_dim: int
+    blocks: dict[str, slice]
+    compact: bool = False
+
+    # ------------------------------------------------------------------ basis
+    @abstractmethod
+    def basis(self, dtype: torch.dtype = torch.float64, device=None) -> Tensor:
+        """Orthonormal (Frobenius) basis of the algebra, shape ``(dim, m, m)``."""
+
+    def hat(self, xi: Tensor) -> Tensor:
+        """Coordinates ``(..., dim)`` to algebra matrices ``(..., m, m)``."""
+        self._check_vec(xi, "xi")
+        E = self.basis(xi.dtype, xi.device)
+        return torch.einsum("...k,kij->...ij", xi, E)
+
+    def vee(self, X: Tensor) -> Tensor:
+        """Algebra matrices ``(..., m, m)`` to coordinates ``(..., dim)`` (projection)."""
+        self._check_mat(X, "X", finite=True)
+        E = self.basis(X.dtype, X.device)
+        return torch.einsum("...ij,kij->...k", X, E)
+
+    # ------------------------------------------------------------ exp and log
+    def exp(self, xi: Tensor) -> Tensor:
+        """Exponential map from coordinates ``(..., dim)`` to elements ``(..., m, m)``."""
+        return torch.linalg.matrix_exp(self.hat(xi))
+
+    @abstractmethod
+    def log(self, g: Tensor) -> Tensor:
+        """Principal logarithm, elements ``(..., m, m)`` to coordinates ``(..., dim)``."""
+
+    # ---------------------------------------------------------- group algebra
+    def compose(self, g: Tensor, h: Tensor) -> Tensor:
+        """Product ``g h`` (broadcasting over leading dimensions)."""
+        return g @ h
+
+    def inv(self, g: Tensor) -> Tensor:
+        """Inverse ``g^-1``."""
+        return torch.linalg.inv(g)
+
+    def between(self, g: Tensor, h: Tensor) -> Tensor:
+        """Relative element ``g^-1 h``."""
+        return self.compose(self.inv(g), h)
+
+    def relative_log(self, g: Tensor, edge_index: Tensor) -> Tensor:
+        """The shared relative-pose routine: ``vee(log(g_i^-1 g_j))`` per edge.
+
+        Args:
+            g: node elements ``(N, m, m)`` (or ``(N, ...)`` with leading node dim).
+            edge_index: ``(2, E)`` PyG edge index, row 0 = source ``j``,
+                row 1 = target ``i``.
+
+        Returns:
+            ``(E, dim)`` coordinates of ``log(g_i^-1 g_j)``.
+        """
+        src, dst = edge_index[0], edge_index[1]
+        return self.log(self.between(g[dst], g[src]))
+
+    def identity(self, *batch: int, dtype: torch.dtype = torch.float32, device=None) -> Tensor:
+        """Identity elements of shape ``(*batch, m, m)``."""
+        eye = torch.eye(self.matrix_size, dtype=dtype, device=device)
+        return eye.expand(*batch_shape(*batch), self.matrix_size, self.matrix_size).clone()
+
+    @abstractmethod
+    def random(
+        self,
+        *batch: int,
+        generator: Optional[torch.Generator] = None,
+        dtype: torch.dtype = torch.float32,
+        device=None,
+    ) -> Tensor:
+        """Random elements ``(*batch, m, m)`` (Haar on compact parts)."""
+
+    # ------------------------------------------------------ homogeneous space
+    def act(self, g: Tensor, x: Tensor) -> Tensor:
+        """Action on the homogeneous space: ``g . x`` for points ``(..., n)``."""
+        self._check_points(x, "x")
+        n = self.space_dim
+        if self.matrix_size == n:  # linear groups (SO(n))
+            return (g @ x.unsqueeze(-1)).squeeze(-1)
+        A = g[..., :n, :n]
+        t = g[..., :n, n]
+        return (A @ x.unsqueeze(-1)).squeeze(-1) + t
+
+    def lift(
+        self,
+        points: Tensor,
+        num_samples: int = 1,
+        subgroup: Optional[Tensor] = None,
+        generator: Optional[torch.Generator] = None,
+    ) -> Tensor:
+        """Lift points to group elements in ``s(x) H``.
+
+        Args:
+            points: ``(N, n)`` points of the homogeneous space.
+            num_samples: number of random stabiliser samples per point
+                (ignored when ``subgroup`` is given).
+            subgroup: optional ``(K, ...)`` elements of a finite subgroup of the
+                stabiliser ``H`` (as returned by :meth:`stabilizer_embed`'s input
+                convention of each group); gives exactly ``K`` lifts per point.
+            generator: random generator for the stabiliser samples.
+
+        Returns:
+            ``(N, K, m, m)`` group elements with ``g . o = x`` for the origin ``o``.
+        """
+        self._check_points(points, "points")
+        if points.dim() != 2:
+            raise ValueError(f"points must have shape (N, {self.space_dim}), got {tuple(points.shape)}")
+        s = self.section(points)  # (N, m, m)
+        if subgroup is not None:
+            h = self.stabilizer_embed(subgroup.to(points.dtype).to(points.device))  # (K, m, m)
+            return s.unsqueeze(1) @ h.unsqueeze(0)
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        h = self.stabilizer_random(points.shape[0], num_samples, generator=generator,
+                                   dtype=points.dtype, device=points.device)
+        return s.unsqueeze(1) @ h
+
+    @abstractmethod
+    def section(self, points: Tensor) -> Tensor:
+        """A section ``s(x)`` with ``s(x) . o = x``, ``(N, n) -> (N, m, m)``."""
+
+    def origin(self, dtype=torch.float32, device=None) -> Tensor:
+        """The base point ``o`` of the homogeneous space, shape ``(n,)``."""
+        return torch.zeros(self.space_dim, dtype=dtype, device=device)
+
+    def stabilizer_random(self, N: int, K: int, generator=None, dtype=torch.float32, device=None) -> Tensor:
+        """``(N, K, m, m)`` random elements of the stabiliser ``H`` of the origin."""
+        return self.identity(N, K, dtype=dtype, device=device)
+
+    def stabilizer_embed(self, h: Tensor) -> Tensor:
+        """Embed finite-subgroup elements of ``H`` as ``(K, m, m)`` group elements."""
+        raise ValueError(f"{self.name} has a trivial stabiliser: finite-subgroup lifts are not defined")
+
+    @property
+    def stabilizer_dim(self) -> int:
+        """Dimension of the stabiliser ``H`` (0 when lifts are unique)."""
+        return 0
+
+    def orbit_invariants(self, points: Tensor) -> Optional[Tensor]:
+        """Invariants of the orbit of each point, ``(N, k)``, or ``None`` if transitive."""
+        return None
+
+    # ---------------------------------------------------------------- checks
+    def _check_vec(self, xi: Tensor, arg: str) -> None:
+        if not isinstance(xi, Tensor):
+            raise TypeError(f"{arg} must be a torch.Tensor, got {type(xi).__name__}")
+        if xi.dim() < 1 or xi.shape[-1] != self.dim:
+            raise ValueError(
+                f"{arg} must have trailing dimension {self.dim} (the {self.name} algebra), "
+                f"got shape {tuple(xi.shape)}")
+        if not xi.dtype.is_floating_point:
+            raise ValueError(f"{arg} must be a floating-point tensor, got {xi.dtype}")
+
+    def _check_mat(self, g: Tensor, arg: str, finite: bool = True) -> None:
+        m = self.matrix_size
+        if not isinstance(g, Tensor):
+            raise TypeError(f"{arg} must be a torch.Tensor, got {type(g).__name__}")
+        if g.dim() < 2 or g.shape[-2:] != (m, m):
+            raise ValueError(
+                f"{arg} must have trailing shape ({m}, {m}) for {self.name}, got {tuple(g.shape)}")
+        if not g.dtype.is_floating_point:
+            raise ValueError(f"{arg} must be a floating-point tensor, got {g.dtype}")
+        if finite and not _is_compiling() and not bool(torch.isfinite(g).all()):
+            raise ValueError(f"{arg} contains non-finite entries (NaN or inf)")
+
+    def _check_points(self, x: Tensor, arg: str) -> None:
+        n = self.space_dim
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{arg} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() < 1 or x.shape[-1] != n:
+            raise ValueError(
+                f"{arg} must have trailing dimension {n} ({self.name} acts on R^{n}), "
+                f"got shape {tuple(x.shape)}")
+        if not _is_compiling() and not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{arg} contains non-finite entries (NaN or inf)")
+
+    def __repr__(self) -> str:
+        return f"{self.name}()"
+
+    def __eq__(self, other) -> bool:
+        return type(self) is type(other) and repr(self) == repr(other)
+
+    def __hash__(self) -> int:
+        return hash(repr(self))
+
+
+def _is_compiling() -> bool:
+    try:
+        return torch.compiler.is_compiling()
+    except AttributeError:  # pragma: no cover
+        return False
+
+
+def skew2(theta: Tensor) -> Tensor:
+    """``theta (..., ) -> [[0, -theta], [theta, 0]]`` of shape ``(..., 2, 2)``."""
+    z = torch.zeros_like(theta)
+    return torch.stack([torch.stack([z, -theta], -1), torch.stack([theta, z], -1)], -2)
+
+
+def rot2(theta: Tensor) -> Tensor:
+    """Rotation matrices ``(..., 2, 2)`` of angles ``(...)``."""
+    c, s = torch.cos(theta), torch.sin(theta)
+    return torch.stack([torch.stack([c, -s], -1), torch.stack([s, c], -1)], -2)
+
+
+def skew3(w: Tensor) -> Tensor:
+    """``w (..., 3) -> [w]_x (..., 3, 3)``."""
+    x, y, z = w.unbind(-1)
+    o = torch.zeros_like(x)
+    return torch.stack([
+        torch.stack([o, -z, y], -1),
+        torch.stack([z, o, -x], -1),
+        torch.stack([-y, x, o], -1),
+    ], -2)
+
+
+def homogeneous(A: Tensor, t: Tensor) -> Tensor:
+    """Assemble ``[[A, t], [0, 1]]`` from ``A (..., n, n)`` and ``t (..., n)``."""
+    n = A.shape[-1]
+    top = torch.cat([A, t.unsqueeze(-1)], -1)
+    bottom = torch.zeros(*A.shape[:-2], 1, n + 1, dtype=A.dtype, device=A.device)
+    bottom[..., 0, n] = 1
+    return torch.cat([top, bottom], -2)
+
+
+def batch_shape(*batch: int | Sequence[int]) -> tuple[int, ...]:
+    """Accept ``random(2, 3)`` as well as ``random((2, 3))``."""
+    if len(batch) == 1 and isinstance(batch[0], (tuple, list, torch.Size)):
+        return tuple(batch[0])
+    return tuple(int(b) for b in batch)

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Idempotent set-up: virtual environment in .venv with every dependency and extra.
+# Second run is a no-op unless pyproject.toml or this script changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+STAMP="$VENV/.setup-stamp"
+WHEELS=../shared/wheels
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
+    exit 0
+fi
+
+# py3nj (escnn's dependency) is a Fortran extension built from source.
+if ! command -v gfortran >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1; then
+        echo "[setup] installing gfortran with apt-get"
+        SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+        $SUDO apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq gfortran >/dev/null
+    else
+        echo "[setup] gfortran missing and apt-get unavailable: install a Fortran compiler for escnn" >&2
+        exit 1
+    fi
+fi
+
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+PIP="$VENV/bin/python -m pip"
+$PIP install -q --upgrade pip setuptools wheel
+# numpy<2 first: lie_learn (escnn) pins it, and torch-harmonics/e3nn accept it.
+$PIP install -q "torch>=2.14,<2.15" "numpy<2"
+$PIP install -q -e ".[escnn,test,docs]"
+
+if ! "$VENV/bin/python" -c "import torch_cluster" >/dev/null 2>&1; then
+    torch_ver=$("$VENV/bin/python" -c "import torch; print(torch.__version__.split('+')[0])")
+    py_tag=$("$VENV/bin/python" -c "import sys; print(f'cp{sys.version_info.major}{sys.version_info.minor}')")
+    wheel=$(ls "$WHEELS"/torch_cluster-*-"$py_tag"-*.whl 2>/dev/null | head -n 1 || true)
+    if [ -n "$wheel" ] && [ "$torch_ver" = "2.14.1" ]; then
+        echo "[setup] torch-cluster from $wheel"
+        $PIP install -q --no-deps "$wheel"
+    else
+        echo "[setup] building torch-cluster from source (about 15 minutes on 2 cores)"
+        $PIP install -q --no-build-isolation "torch-cluster>=1.6.3"
+    fi
+fi
+"$VENV/bin/python" -c "import pyg_lie, torch_cluster, escnn, torch_harmonics, e3nn" \
+    || { echo "[setup] import check failed" >&2; exit 1; }
+echo "$want" > "$STAMP"
+echo "[setup] environment ready in $VENV"

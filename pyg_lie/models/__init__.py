@@ -1,0 +1,12 @@
+"""Complete models built from pyg_lie layers (imported lazily)."""
+from .._lazy import lazy_getattr
+
+_LAZY = {
+    "LieTransformer": "pyg_lie.models.lie_transformer",
+    "LieAlgebraTransformer": "pyg_lie.models.lie_algebra_transformer",
+    "VectorTokenTransformer": "pyg_lie.models.lie_algebra_transformer",
+    "EquivariantViT": "pyg_lie.models.equivariant_vit",
+    "HamiltonianNODE": "pyg_lie.models.hamiltonian",
+}
+__all__ = list(_LAZY)
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -1,0 +1,538 @@
+"""Radius-neighbourhood search: Euclidean and geodesic (unit sphere S^2).
+
+All functions return a PyG-style ``edge_index`` of shape ``(2, E)`` (int64, on
+the device of the input points): row 0 holds the *source* ``j`` (a neighbour),
+row 1 the *target* ``i`` (the query point), sorted by ``(i, j)``.
+
+Exact, backend-independent decision
+-----------------------------------
+Every backend only produces a *candidate superset* (searched with a radius
+enlarged by a few ulps). The final decision is taken once, in a shared step,
+in float64 on the input coordinates::
+
+    keep (j, i)  iff  sum_k (float64(pos_j[k]) - float64(pos_i[k]))**2 <= float64(r)**2
+
+so the boundary is inclusive and all backends return the identical edge set,
+for float32 and float64 inputs alike (with integer coordinates the decision is
+exact). The geodesic functions use the chord radius ``2 sin(theta / 2)``
+(computed in float64) in the same rule; ``theta >= pi`` returns all pairs.
+
+Truncation
+----------
+``max_num_neighbors=None`` (the default) never truncates (torch-cluster's
+default of 32 is not used). With ``max_num_neighbors=k`` every target keeps its
+``k`` nearest sources, ties in the float64 squared distance broken by the
+smaller source index; the result is the same for every backend. With
+``loop=True`` the self loop counts as one of the ``k``.
+
+Backends
+--------
+* ``"kdtree"``: :class:`scipy.spatial.cKDTree` (CPU only). One tree for the
+  whole batch: the dense graph id times a separation larger than the radius is
+  appended as an extra coordinate, so graphs never connect and there is no
+  Python loop over graphs. ``query_pairs`` for ``radius_graph``,
+  ``sparse_distance_matrix`` for the bipartite ``radius`` (both measured faster
+  than ``query_ball_point``).
+* ``"torch_cluster"``: :func:`torch_cluster.radius` (CPU and CUDA), imported
+  lazily. It truncates silently, so it is called with a bound and the targets
+  whose count reached the bound are searched again with a larger one.
+* ``"cdist"``: chunked :func:`torch.cdist`, no extra dependency, any device;
+  ``O(N_x N_y)`` work per graph, memory bounded by ``chunk_elements``.
+* ``"auto"``: on CPU ``"kdtree"`` (if scipy imports; else ``"torch_cluster"``
+  if installed; else ``"cdist"``); on CUDA ``"torch_cluster"`` if installed,
+  else ``"cdist"``; on other devices ``"cdist"``. The CPU rule is measured by
+  ``pyg-lie bench neighbors`` (see ``docs/neighbors.md``).
+
+Batches need not be sorted and graph ids may be any integers.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+from typing import Optional, Tuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = [
+    "radius_graph",
+    "radius",
+    "geodesic_radius_graph",
+    "geodesic_radius",
+    "resolve_backend",
+    "available_backends",
+    "BACKENDS",
+]
+
+BACKENDS = ("auto", "kdtree", "torch_cluster", "cdist")
+
+#: Number of distance-matrix entries one ``cdist`` chunk may hold.
+CDIST_CHUNK_ELEMENTS = 1 << 22
+
+#: First ``max_num_neighbors`` bound passed to torch-cluster, per device type
+#: (its CUDA kernel allocates ``N_y * max_num_neighbors`` slots; on CPU the
+#: largest graph size is passed at once). Targets that fill the bound are
+#: searched again with a 4x larger one.
+_TC_START = {"cuda": 128}
+
+
+# ----------------------------------------------------------------- backends
+@functools.lru_cache(maxsize=None)
+def _torch_cluster_available() -> bool:
+    try:
+        import torch_cluster  # noqa: F401
+    except Exception:  # ImportError, or an OSError from a mismatched build
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=None)
+def _scipy_available() -> bool:
+    try:
+        from scipy.spatial import cKDTree  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def available_backends(device: torch.device | str = "cpu") -> Tuple[str, ...]:
+    """Backends (other than ``"auto"``) usable for points on ``device``."""
+    device = torch.device(device)
+    out = []
+    if device.type == "cpu" and _scipy_available():
+        out.append("kdtree")
+    if device.type in ("cpu", "cuda") and _torch_cluster_available():
+        out.append("torch_cluster")
+    out.append("cdist")
+    return tuple(out)
+
+
+def resolve_backend(backend: str, device: torch.device | str) -> str:
+    """Turn ``backend`` (possibly ``"auto"``) into a concrete backend for ``device``.
+
+    Raises:
+        ValueError: unknown backend, ``"torch_cluster"`` without torch-cluster
+            installed, ``"kdtree"`` for a non-CPU device or without scipy.
+    """
+    device = torch.device(device)
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        if device.type == "cpu":
+            if _scipy_available():
+                return "kdtree"
+            return "torch_cluster" if _torch_cluster_available() else "cdist"
+        if device.type == "cuda" and _torch_cluster_available():
+            return "torch_cluster"
+        return "cdist"
+    if backend == "torch_cluster":
+        if not _torch_cluster_available():
+            raise ValueError(
+                "backend='torch_cluster' needs the torch-cluster package, which is not installed "
+                "(or does not import); install it (`pip install pyg_lie[cluster]`, or the wheel "
+                "in shared/wheels) or use backend='auto', 'kdtree' (CPU) or 'cdist'"
+            )
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"backend='torch_cluster' supports CPU and CUDA tensors, got device "
+                             f"{device}; use backend='cdist'")
+    if backend == "kdtree":
+        if device.type != "cpu":
+            raise ValueError(f"backend='kdtree' (scipy cKDTree) runs on CPU only, got points on "
+                             f"{device}; use backend='auto', 'torch_cluster' or 'cdist', or move "
+                             f"the points to the CPU")
+        if not _scipy_available():
+            raise ValueError("backend='kdtree' needs scipy (`pip install scipy`); "
+                             "or use backend='cdist'")
+    return backend
+
+
+# --------------------------------------------------------------- validation
+def _check_points(pos: Tensor, name: str, dim: Optional[int] = None) -> None:
+    if not isinstance(pos, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of shape (N, d), got {type(pos).__name__}")
+    if pos.dim() != 2:
+        raise ValueError(f"{name} must be 2-D of shape (N, d), got shape {tuple(pos.shape)}; "
+                         f"reshape it, e.g. {name}.view(-1, d)")
+    if not pos.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got dtype {pos.dtype}; "
+                         f"convert it with {name}.float()")
+    if dim is not None and pos.size(1) != dim:
+        raise ValueError(f"{name} must have {dim} columns, got shape {tuple(pos.shape)}")
+    if pos.numel() and not bool(torch.isfinite(pos).all()):
+        raise ValueError(f"{name} contains NaN or infinite entries; remove or fix those points")
+
+
+def _check_scalar(r, name: str) -> float:
+    if isinstance(r, Tensor):
+        if r.numel() != 1:
+            raise ValueError(f"{name} must be a number, got a tensor of shape {tuple(r.shape)}")
+        r = r.item()
+    if isinstance(r, bool) or not isinstance(r, numbers.Real):
+        raise ValueError(f"{name} must be a real number, got {type(r).__name__}")
+    r = float(r)
+    if not math.isfinite(r) or r < 0:
+        raise ValueError(f"{name} must be finite and >= 0, got {r}")
+    return r
+
+
+def _check_batch(batch: Optional[Tensor], n: int, device: torch.device, name: str,
+                 pos_name: str) -> Optional[Tensor]:
+    if batch is None:
+        return None
+    if not isinstance(batch, Tensor):
+        raise ValueError(f"{name} must be a 1-D integer tensor or None, got {type(batch).__name__}")
+    if batch.dim() != 1 or batch.numel() != n:
+        raise ValueError(f"{name} must be 1-D of length {pos_name}.size(0) = {n}, got shape "
+                         f"{tuple(batch.shape)}")
+    if batch.dtype == torch.bool or batch.is_floating_point() or batch.is_complex():
+        raise ValueError(f"{name} must have an integer dtype, got {batch.dtype}; use {name}.long()")
+    if batch.device != device:
+        raise ValueError(f"{name} is on {batch.device} but {pos_name} is on {device}; "
+                         f"move it with {name}.to({pos_name}.device)")
+    return batch.long()
+
+
+def _check_k(k) -> Optional[int]:
+    if k is None:
+        return None
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
+        raise ValueError(f"max_num_neighbors must be None (no truncation) or an int >= 0, got {k!r}")
+    return int(k)
+
+
+def _check_unit(pos: Tensor, name: str) -> None:
+    if pos.numel() == 0:
+        return
+    norm = pos.double().norm(dim=1)
+    tol = 1e-6 if pos.dtype == torch.float64 else 1e-3
+    bad = (norm - 1).abs() > tol
+    if bool(bad.any()):
+        worst = float(norm[bad][0])
+        raise ValueError(f"{name} must hold unit vectors (points on S^2); found norm {worst:.6g}; "
+                         f"normalise with {name} / {name}.norm(dim=-1, keepdim=True)")
+
+
+# ---------------------------------------------------------------- core step
+def _empty(device: torch.device) -> Tensor:
+    return torch.empty(2, 0, dtype=torch.long, device=device)
+
+
+def _search_dtype(dtype: torch.dtype) -> torch.dtype:
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
+def _candidate_radius(r: float, dtype: torch.dtype, d: int, diameter: float) -> float:
+    """A radius that finds every pair the float64 rule keeps, whatever the backend's rounding."""
+    rel = 8.0 * (d + 2) * torch.finfo(dtype).eps
+    rc = min(r, diameter) * (1.0 + rel) + 1e-15
+    return rc
+
+
+def _diameter(x: Tensor, y: Tensor) -> float:
+    lo = torch.minimum(x.min(0).values, y.min(0).values).double()
+    hi = torch.maximum(x.max(0).values, y.max(0).values).double()
+    return float((hi - lo).norm()) * (1 + 1e-9) + 1e-12
+
+
+def _group_ptr(sorted_ids: Tensor, num_groups: int) -> Tensor:
+    """CSR pointer ``(num_groups + 1,)`` of a sorted vector of ids in ``[0, num_groups)``."""
+    return torch.searchsorted(sorted_ids, torch.arange(num_groups + 1, device=sorted_ids.device))
+
+
+def _search(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor], batch_y: Optional[Tensor],
+            same: bool, loop: bool, k: Optional[int], backend: str, all_pairs: bool) -> Tensor:
+    """Shared driver: dense graph ids, sort by graph, candidates, float64 decision, truncation."""
+    device = x.device
+    nx, ny, d = x.size(0), y.size(0), x.size(1)
+    if nx == 0 or ny == 0 or k == 0:
+        return _empty(device)
+
+    # dense graph ids 0..B-1 shared by x and y, then stable sort by graph
+    if batch_x is None and batch_y is None:
+        gx = torch.zeros(nx, dtype=torch.long, device=device)
+        gy = gx if same else torch.zeros(ny, dtype=torch.long, device=device)
+        num_graphs = 1
+    else:
+        if batch_x is None:
+            batch_x = torch.zeros(nx, dtype=torch.long, device=device)
+        if batch_y is None:
+            batch_y = torch.zeros(ny, dtype=torch.long, device=device)
+        ids, inv = torch.unique(torch.cat([batch_x, batch_y]), return_inverse=True)
+        gx, gy = inv[:nx], inv[nx:]
+        num_graphs = ids.numel()
+    perm_x = torch.sort(gx, stable=True).indices
+    perm_y = perm_x if same else torch.sort(gy, stable=True).indices
+    gxs, gys = gx[perm_x], gy[perm_y]
+    xs = x[perm_x]
+    ys = xs if same else y[perm_y]
+
+    if all_pairs:
+        src, tgt = _all_pairs(gxs, gys, num_graphs)
+    else:
+        sdt = _search_dtype(x.dtype)
+        rc = _candidate_radius(r, sdt, d, _diameter(x, y))
+        fn = {"kdtree": _cand_kdtree, "torch_cluster": _cand_torch_cluster,
+              "cdist": _cand_cdist}[backend]
+        src, tgt = fn(xs.to(sdt), ys.to(sdt), gxs, gys, num_graphs, rc, same)
+    src, tgt = perm_x[src], perm_y[tgt]
+
+    if same and not loop:
+        keep = src != tgt
+        src, tgt = src[keep], tgt[keep]
+    d2 = None
+    if not all_pairs or k is not None:
+        d2 = (x[src].double() - y[tgt].double()).pow(2).sum(1)
+    if not all_pairs:
+        keep = d2 <= r * r
+        src, tgt, d2 = src[keep], tgt[keep], d2[keep]
+
+    # canonical order (target, source)
+    order = torch.sort(tgt * nx + src).indices
+    src, tgt = src[order], tgt[order]
+    if k is not None and src.numel():
+        d2 = d2[order]
+        # nearest first, ties by source index: stable sorts on (d2) then (target)
+        o = torch.sort(d2, stable=True).indices
+        o = o[torch.sort(tgt[o], stable=True).indices]
+        tgt_o = tgt[o]
+        counts = torch.bincount(tgt_o, minlength=ny)
+        start = torch.cumsum(counts, 0) - counts
+        rank = torch.arange(o.numel(), device=device) - start[tgt_o]
+        keep_sorted = o[rank < k]
+        mask = torch.zeros(src.numel(), dtype=torch.bool, device=device)
+        mask[keep_sorted] = True
+        src, tgt = src[mask], tgt[mask]
+    return torch.stack([src, tgt])
+
+
+def _all_pairs(gxs: Tensor, gys: Tensor, num_graphs: int) -> Tuple[Tensor, Tensor]:
+    """Every (source, target) pair in the same graph (indices into the sorted arrays)."""
+    ptr_x = _group_ptr(gxs, num_graphs)
+    size_x = ptr_x[1:] - ptr_x[:-1]
+    per_target = size_x[gys]
+    tgt = torch.repeat_interleave(torch.arange(gys.numel(), device=gys.device), per_target)
+    start = torch.cumsum(per_target, 0) - per_target
+    src = ptr_x[gys][tgt] + torch.arange(tgt.numel(), device=gys.device) - start[tgt]
+    return src, tgt
+
+
+# ---------------------------------------------------------- candidate steps
+# Each returns (src, tgt) indices into the graph-sorted xs / ys: a superset of
+# the same-graph pairs within rc (self pairs may or may not be present).
+
+def _cand_kdtree(xs: Tensor, ys: Tensor, gxs: Tensor, gys: Tensor, num_graphs: int, rc: float,
+                 same: bool) -> Tuple[Tensor, Tensor]:
+    from scipy.spatial import cKDTree
+
+    def data(p: Tensor, g: Tensor) -> np.ndarray:
+        a = p.detach().double().numpy()
+        if num_graphs > 1:  # graphs apart along an extra axis; within a graph the offset cancels exactly
+            a = np.concatenate([a, (g.numpy() * (2.0 * rc + 1.0))[:, None]], axis=1)
+        return a
+
+    tx = cKDTree(data(xs, gxs))
+    if same:
+        pairs = tx.query_pairs(rc, output_type="ndarray")
+        a = torch.from_numpy(pairs[:, 0].astype(np.int64))
+        b = torch.from_numpy(pairs[:, 1].astype(np.int64))
+        diag = torch.arange(xs.size(0))
+        return torch.cat([a, b, diag]), torch.cat([b, a, diag])
+    ty = cKDTree(data(ys, gys))
+    m = tx.sparse_distance_matrix(ty, rc, output_type="ndarray")
+    return (torch.from_numpy(m["i"].astype(np.int64)), torch.from_numpy(m["j"].astype(np.int64)))
+
+
+def _cand_torch_cluster(xs: Tensor, ys: Tensor, gxs: Tensor, gys: Tensor, num_graphs: int,
+                        rc: float, same: bool) -> Tuple[Tensor, Tensor]:
+    import torch_cluster
+
+    ptr_x = _group_ptr(gxs, num_graphs)
+    max_x = int((ptr_x[1:] - ptr_x[:-1]).max())
+    bound = min(max_x, _TC_START.get(xs.device.type, max_x))
+    bx = gxs if num_graphs > 1 else None
+    todo = None  # target indices still to search (None = all)
+    srcs, tgts = [], []
+    while True:
+        yq = ys if todo is None else ys[todo]
+        by = (gys if todo is None else gys[todo]) if num_graphs > 1 else None
+        # torch-cluster returns (target, source) rows
+        e = torch_cluster.radius(xs, yq, rc, bx, by, max_num_neighbors=bound,
+                                 batch_size=num_graphs if num_graphs > 1 else None)
+        t = e[0] if todo is None else todo[e[0]]
+        if bound >= max_x:
+            srcs.append(e[1]); tgts.append(t)
+            break
+        counts = torch.bincount(e[0], minlength=yq.size(0))
+        full = counts >= bound
+        done = ~full[e[0]]
+        srcs.append(e[1][done]); tgts.append(t[done])
+        if not bool(full.any()):
+            break
+        idx = full.nonzero().flatten()
+        todo = idx if todo is None else todo[idx]
+        bound = min(max_x, bound * 4)
+    return torch.cat(srcs), torch.cat(tgts)
+
+
+def _cand_cdist(xs: Tensor, ys: Tensor, gxs: Tensor, gys: Tensor, num_graphs: int, rc: float,
+                same: bool) -> Tuple[Tensor, Tensor]:
+    d = xs.size(1)
+    eps = torch.finfo(xs.dtype).eps
+    ptr_x = _group_ptr(gxs, num_graphs).tolist()
+    ptr_y = _group_ptr(gys, num_graphs).tolist()
+    x64, y64 = xs.double(), ys.double()
+    srcs, tgts = [], []
+
+    def block(xa: int, xb: int, ya: int, yb: int, mixed: bool) -> None:
+        if xb <= xa or yb <= ya:
+            return
+        # centre in float64 so the matmul form of cdist loses little accuracy
+        c = x64[xa:xb].mean(0)
+        xc = (x64[xa:xb] - c).to(xs.dtype)
+        yc = (y64[ya:yb] - c).to(xs.dtype)
+        rx = float(xc.double().norm(dim=1).max())
+        ry = float(yc.double().norm(dim=1).max())
+        # rounding of the cast and of |x|^2 + |y|^2 - 2 x.y, with a factor 2 to spare
+        r_eff = rc + 4 * eps * math.sqrt(d) * (rx + ry)
+        thr = math.sqrt(r_eff * r_eff + 8 * (d + 2) * eps * (rx * rx + ry * ry))
+        rows = max(1, CDIST_CHUNK_ELEMENTS // (xb - xa))
+        for s in range(ya, yb, rows):
+            e = min(yb, s + rows)
+            hit = torch.cdist(yc[s - ya:e - ya], xc) <= thr
+            if mixed:
+                hit &= gys[s:e, None] == gxs[None, xa:xb]
+            t, j = hit.nonzero(as_tuple=True)
+            srcs.append(j + xa)
+            tgts.append(t + s)
+
+    # group consecutive small graphs into one block (masked by graph id)
+    g = 0
+    while g < num_graphs:
+        h = g + 1
+        while (h < num_graphs and (ptr_x[h + 1] - ptr_x[g]) * (ptr_y[h + 1] - ptr_y[g])
+               <= CDIST_CHUNK_ELEMENTS):
+            h += 1
+        block(ptr_x[g], ptr_x[h], ptr_y[g], ptr_y[h], mixed=h > g + 1)
+        g = h
+    if not srcs:
+        z = torch.empty(0, dtype=torch.long, device=xs.device)
+        return z, z
+    return torch.cat(srcs), torch.cat(tgts)
+
+
+# ------------------------------------------------------------------ public
+def radius_graph(pos: Tensor, r: float, batch: Optional[Tensor] = None, loop: bool = False,
+                 max_num_neighbors: Optional[int] = None, backend: str = "auto") -> Tensor:
+    """All pairs ``(j, i)`` of points of the same graph with ``|pos_j - pos_i| <= r``.
+
+    Args:
+        pos: points ``(N, d)``, floating point, finite.
+        r: radius, finite and ``>= 0``; the boundary is inclusive (decided in float64).
+        batch: graph id per point ``(N,)``, any integers, need not be sorted;
+            ``None`` means one graph.
+        loop: include the self pairs ``(i, i)``. With ``loop=False`` only the
+            index pair ``i == j`` is dropped; duplicate points still connect.
+        max_num_neighbors: ``None`` for no truncation; else each target keeps
+            its ``k`` nearest sources (ties by smaller source index).
+        backend: ``"auto"``, ``"kdtree"``, ``"torch_cluster"`` or ``"cdist"``
+            (see the module docstring for the ``"auto"`` rule).
+
+    Returns:
+        ``edge_index`` ``(2, E)`` int64 on ``pos.device``: row 0 source ``j``,
+        row 1 target ``i``, sorted by ``(i, j)``.
+    """
+    _check_points(pos, "pos")
+    r = _check_scalar(r, "r")
+    batch = _check_batch(batch, pos.size(0), pos.device, "batch", "pos")
+    k = _check_k(max_num_neighbors)
+    be = resolve_backend(backend, pos.device)
+    return _search(pos, pos, r, batch, batch, True, bool(loop), k, be, all_pairs=False)
+
+
+def radius(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor] = None,
+           batch_y: Optional[Tensor] = None, max_num_neighbors: Optional[int] = None,
+           backend: str = "auto") -> Tensor:
+    """Bipartite search: pairs ``(j, i)`` with ``|x_j - y_i| <= r`` and ``batch_x[j] == batch_y[i]``.
+
+    Args:
+        x: sources ``(N_x, d)``.
+        y: targets ``(N_y, d)``, same ``d`` and device as ``x``.
+        r: radius, finite and ``>= 0``, inclusive (decided in float64).
+        batch_x: graph id per source ``(N_x,)`` or ``None`` (all graph 0).
+        batch_y: graph id per target ``(N_y,)`` or ``None`` (all graph 0).
+        max_num_neighbors: ``None`` for no truncation; else the ``k`` nearest
+            sources per target (ties by smaller source index).
+        backend: see :func:`radius_graph`.
+
+    Returns:
+        ``(2, E)`` int64: row 0 indexes ``x``, row 1 indexes ``y``, sorted by ``(i, j)``.
+    """
+    _check_points(x, "x")
+    _check_points(y, "y")
+    if y.size(1) != x.size(1):
+        raise ValueError(f"y must have as many columns as x ({x.size(1)}), got shape {tuple(y.shape)}")
+    if y.device != x.device:
+        raise ValueError(f"y is on {y.device} but x is on {x.device}; move both to one device")
+    r = _check_scalar(r, "r")
+    batch_x = _check_batch(batch_x, x.size(0), x.device, "batch_x", "x")
+    batch_y = _check_batch(batch_y, y.size(0), x.device, "batch_y", "y")
+    k = _check_k(max_num_neighbors)
+    be = resolve_backend(backend, x.device)
+    dt = torch.promote_types(x.dtype, y.dtype)
+    return _search(x.to(dt), y.to(dt), r, batch_x, batch_y, False, True, k, be, all_pairs=False)
+
+
+def chord_radius(theta: float) -> float:
+    """Chord length ``2 sin(theta / 2)`` of the geodesic distance ``theta`` on the unit sphere."""
+    return 2.0 * math.sin(min(theta, math.pi) / 2.0)
+
+
+def geodesic_radius_graph(pos: Tensor, theta: float, batch: Optional[Tensor] = None,
+                          loop: bool = False, max_num_neighbors: Optional[int] = None,
+                          backend: str = "auto") -> Tensor:
+    """:func:`radius_graph` for unit vectors ``pos (N, 3)`` with geodesic distance ``<= theta``.
+
+    Implemented as the chord radius ``2 sin(theta / 2)`` (float64, inclusive);
+    ``theta >= pi`` returns every pair of the same graph. Truncation ranks by
+    chord (equivalently geodesic) distance.
+
+    Returns:
+        ``(2, E)`` int64, row 0 source ``j``, row 1 target ``i``, sorted by ``(i, j)``.
+    """
+    _check_points(pos, "pos", dim=3)
+    _check_unit(pos, "pos")
+    theta = _check_scalar(theta, "theta")
+    batch = _check_batch(batch, pos.size(0), pos.device, "batch", "pos")
+    k = _check_k(max_num_neighbors)
+    be = resolve_backend(backend, pos.device)
+    return _search(pos, pos, chord_radius(theta), batch, batch, True, bool(loop), k, be,
+                   all_pairs=theta >= math.pi)
+
+
+def geodesic_radius(x: Tensor, y: Tensor, theta: float, batch_x: Optional[Tensor] = None,
+                    batch_y: Optional[Tensor] = None, max_num_neighbors: Optional[int] = None,
+                    backend: str = "auto") -> Tensor:
+    """:func:`radius` for unit vectors ``x (N_x, 3)``, ``y (N_y, 3)`` with geodesic distance ``<= theta``.
+
+    Used by the S^2 attention with ``theta = (1 + 1e-3) * theta_cutoff`` to
+    match torch-harmonics. ``theta >= pi`` returns every pair of the same graph.
+
+    Returns:
+        ``(2, E)`` int64: row 0 indexes ``x``, row 1 indexes ``y``, sorted by ``(i, j)``.
+    """
+    _check_points(x, "x", dim=3)
+    _check_points(y, "y", dim=3)
+    if y.device != x.device:
+        raise ValueError(f"y is on {y.device} but x is on {x.device}; move both to one device")
+    _check_unit(x, "x")
+    _check_unit(y, "y")
+    theta = _check_scalar(theta, "theta")
+    batch_x = _check_batch(batch_x, x.size(0), x.device, "batch_x", "x")
+    batch_y = _check_batch(batch_y, y.size(0), x.device, "batch_y", "y")
+    k = _check_k(max_num_neighbors)
+    be = resolve_backend(backend, x.device)
+    dt = torch.promote_types(x.dtype, y.dtype)
+    return _search(x.to(dt), y.to(dt), chord_radius(theta), batch_x, batch_y, False, True, k, be,
+                   all_pairs=theta >= math.pi)

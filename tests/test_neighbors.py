@@ -1,0 +1,281 @@
+"""Tests of pyg_lie.neighbors against an independent numpy brute-force reference."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+import pyg_lie.neighbors as nb
+from pyg_lie.neighbors import (geodesic_radius, geodesic_radius_graph, radius, radius_graph,
+                               resolve_backend)
+
+BACKENDS = [b for b in ("kdtree", "torch_cluster", "cdist") if b in nb.available_backends("cpu")]
+HAS_TC = "torch_cluster" in BACKENDS
+
+
+# --------------------------------------------------------------- reference
+def ref_pairs(x, y, r2, bx=None, by=None, same=False, loop=True, k=None):
+    """Brute force with numpy: full float64 squared distance matrix, mask, (i, j) order."""
+    X = np.asarray(x, dtype=np.float64)
+    Y = np.asarray(y, dtype=np.float64)
+    bx = np.zeros(len(X), np.int64) if bx is None else np.asarray(bx)
+    by = np.zeros(len(Y), np.int64) if by is None else np.asarray(by)
+    d2 = ((Y[:, None, :] - X[None, :, :]) ** 2).sum(-1)
+    m = (d2 <= r2) & (by[:, None] == bx[None, :])
+    if same and not loop:
+        np.fill_diagonal(m, False)
+    src, tgt = [], []
+    for i in range(len(Y)):
+        js = np.nonzero(m[i])[0]
+        if k is not None:
+            js = sorted(js, key=lambda j: (d2[i, j], j))[:k]
+            js = sorted(js)
+        src += list(js)
+        tgt += [i] * len(js)
+    return torch.tensor([src, tgt], dtype=torch.long).reshape(2, -1)
+
+
+def random_cloud(n, d, graphs, dtype, seed, scale=4.0):
+    g = torch.Generator().manual_seed(seed)
+    pos = (torch.rand(n, d, generator=g, dtype=torch.float64) * scale).to(dtype)
+    batch = torch.sort(torch.randint(0, graphs, (n,), generator=g)).values
+    return pos, batch
+
+
+def check(e, ref):
+    assert e.dtype == torch.long and e.shape[0] == 2
+    assert torch.equal(e, ref), (e.shape, ref.shape)
+
+
+# ----------------------------------------------------------------- parity
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("d", [2, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_radius_graph_matches_reference(backend, d, dtype):
+    pos, batch = random_cloud(400, d, 5, dtype, seed=d)
+    # a graph made of one point, and duplicate points in another graph
+    pos = torch.cat([pos, pos[:1] + 100, pos[3:4], pos[3:4]])
+    batch = torch.cat([batch, torch.tensor([7, batch[3], batch[3]])])
+    for loop in (False, True):
+        e = radius_graph(pos, 0.8, batch, loop=loop, backend=backend)
+        check(e, ref_pairs(pos, pos, 0.8 ** 2, batch, batch, same=True, loop=loop))
+    # the duplicates connect to each other (and to point 3) with loop=False
+    e = radius_graph(pos, 0.0, batch, backend=backend)
+    n = pos.size(0)
+    assert {(int(a), int(b)) for a, b in e.t()} >= {(n - 1, n - 2), (n - 2, n - 1), (3, n - 1)}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("d", [2, 3])
+def test_radius_bipartite_matches_reference(backend, d):
+    x, bx = random_cloud(300, d, 3, torch.float32, seed=10 + d)
+    y, by = random_cloud(200, d, 4, torch.float32, seed=20 + d)  # graph 3 has no sources
+    e = radius(x, y, 0.9, bx, by, backend=backend)
+    check(e, ref_pairs(x, y, 0.9 ** 2, bx, by))
+    e = radius(x, y, 0.9, backend=backend)  # no batch: one graph
+    check(e, ref_pairs(x, y, 0.9 ** 2))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unsorted_and_sparse_graph_ids(backend):
+    pos, batch = random_cloud(300, 3, 4, torch.float64, seed=3)
+    perm = torch.randperm(300, generator=torch.Generator().manual_seed(0))
+    pos, batch = pos[perm], batch[perm] * 10 - 5  # unsorted, ids -5, 5, 15, 25
+    e = radius_graph(pos, 1.0, batch, backend=backend)
+    check(e, ref_pairs(pos, pos, 1.0, batch, batch, same=True, loop=False))
+    y, by = pos[:50], batch[:50]
+    check(radius(pos, y, 1.0, batch, by, backend=backend), ref_pairs(pos, y, 1.0, batch, by))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_boundary_is_inclusive_integer_lattice(backend, dtype):
+    g = torch.arange(-6, 7)
+    pos = torch.cartesian_prod(g, g).to(dtype) * 3  # 169 points, distances 3*sqrt(int)
+    # r = 15 hits (9, 12) and (15, 0) exactly; just below / above as well
+    for r in (15.0, 15.0 - 1e-9, 15.0 + 1e-9, 0.0, 3.0):
+        e = radius_graph(pos, r, backend=backend)
+        check(e, ref_pairs(pos, pos, r * r, same=True, loop=False))
+    e = radius_graph(torch.tensor([[0.0, 0.0], [3.0, 4.0]], dtype=dtype), 5.0, backend=backend)
+    check(e, torch.tensor([[1, 0], [0, 1]]))
+    e = radius_graph(torch.tensor([[0.0, 0.0], [3.0, 4.0]], dtype=dtype), 4.999, backend=backend)
+    assert e.shape == (2, 0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_truncation_above_32(backend):
+    g = torch.Generator().manual_seed(5)
+    pos = torch.rand(100, 3, generator=g) * 0.1  # all within 0.1 * sqrt(3) of each other
+    e = radius_graph(pos, 0.5, backend=backend)
+    assert e.size(1) == 100 * 99
+    assert torch.equal(torch.bincount(e[1]), torch.full((100,), 99))
+    assert radius(pos, pos[:3], 0.5, backend=backend).size(1) == 300
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("k", [0, 1, 5])
+def test_max_num_neighbors_keeps_nearest(backend, k):
+    pos, batch = random_cloud(300, 3, 3, torch.float32, seed=7, scale=3.0)
+    pos = torch.cat([pos, pos[:5], torch.tensor([[0.5, 0.5, 0.5]] * 4)])  # ties at distance 0
+    batch = torch.cat([batch, batch[:5], torch.zeros(4, dtype=torch.long)])
+    for loop in (False, True):
+        e = radius_graph(pos, 1.0, batch, loop=loop, max_num_neighbors=k, backend=backend)
+        check(e, ref_pairs(pos, pos, 1.0, batch, batch, same=True, loop=loop, k=k))
+    y = pos[::3]
+    e = radius(pos, y, 1.0, batch, batch[::3], max_num_neighbors=k, backend=backend)
+    check(e, ref_pairs(pos, y, 1.0, batch, batch[::3], k=k))
+
+
+@pytest.mark.skipif(not HAS_TC, reason="torch-cluster not installed")
+def test_torch_cluster_bound_retry(monkeypatch):
+    """The CUDA path starts with a small bound and retries saturated targets; force it on CPU."""
+    monkeypatch.setitem(nb._TC_START, "cpu", 2)
+    pos, batch = random_cloud(300, 3, 3, torch.float32, seed=8, scale=2.0)
+    e = radius_graph(pos, 1.0, batch, backend="torch_cluster")
+    check(e, ref_pairs(pos, pos, 1.0, batch, batch, same=True, loop=False))
+    assert int(torch.bincount(e[1]).max()) > 8
+
+
+def test_cdist_small_chunks(monkeypatch):
+    monkeypatch.setattr(nb, "CDIST_CHUNK_ELEMENTS", 1000)
+    pos, batch = random_cloud(300, 2, 20, torch.float32, seed=9, scale=3.0)
+    pos = torch.cat([pos, torch.rand(200, 2) * 3])  # one big graph split into row chunks
+    batch = torch.cat([batch, torch.full((200,), 99)])
+    e = radius_graph(pos, 0.5, batch, backend="cdist")
+    check(e, ref_pairs(pos, pos, 0.25, batch, batch, same=True, loop=False))
+
+
+def test_far_from_origin_float32():
+    """cdist's matmul form loses accuracy far from the origin; centring and the float64 check fix it."""
+    pos, batch = random_cloud(300, 3, 2, torch.float32, seed=11, scale=3.0)
+    pos = pos + 1e4
+    ref = ref_pairs(pos, pos, 0.49, batch, batch, same=True, loop=False)
+    for backend in BACKENDS:
+        check(radius_graph(pos, 0.7, batch, backend=backend), ref)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(-4, 4), st.integers(-4, 4), st.integers(0, 2)),
+                min_size=0, max_size=40),
+       st.sampled_from([0.0, 1.0, 2.0, 5.0, 2.5]), st.booleans())
+def test_hypothesis_integer_points(points, r, loop):
+    pos = torch.tensor([p[:2] for p in points], dtype=torch.float32).reshape(-1, 2)
+    batch = torch.tensor([p[2] for p in points], dtype=torch.long)
+    ref = ref_pairs(pos, pos, r * r, batch, batch, same=True, loop=loop)
+    for backend in BACKENDS:
+        check(radius_graph(pos, r, batch, loop=loop, backend=backend), ref)
+
+
+# ------------------------------------------------------------------ empty
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_empty_inputs(backend):
+    for d in (2, 3):
+        e = radius_graph(torch.empty(0, d), 1.0, backend=backend)
+        assert e.shape == (2, 0) and e.dtype == torch.long
+        e = radius_graph(torch.empty(0, d), 1.0, torch.empty(0, dtype=torch.long), backend=backend)
+        assert e.shape == (2, 0)
+        assert radius(torch.empty(0, d), torch.rand(4, d), 1.0, backend=backend).shape == (2, 0)
+        assert radius(torch.rand(4, d), torch.empty(0, d), 1.0, backend=backend).shape == (2, 0)
+    one = radius_graph(torch.zeros(1, 3), 1.0, backend=backend)
+    assert one.shape == (2, 0)
+    assert torch.equal(radius_graph(torch.zeros(1, 3), 1.0, loop=True, backend=backend),
+                       torch.tensor([[0], [0]]))
+
+
+# --------------------------------------------------------------- geodesic
+def sphere(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    v = torch.randn(n, 3, generator=g, dtype=torch.float64)
+    return v / v.norm(dim=1, keepdim=True)
+
+
+def geo_ref(x, y, theta, bx=None, by=None, same=False, loop=True):
+    X, Y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    ang = np.arccos(np.clip(Y @ X.T, -1.0, 1.0))
+    bx = np.zeros(len(X), np.int64) if bx is None else np.asarray(bx)
+    by = np.zeros(len(Y), np.int64) if by is None else np.asarray(by)
+    m = (ang <= theta) & (by[:, None] == bx[None, :])
+    if same and not loop:
+        np.fill_diagonal(m, False)
+    i, j = np.nonzero(m)  # row-major: sorted by (i, j)
+    # the comparison is meant away from the boundary
+    assert np.abs(ang - theta).min() > 1e-6
+    return torch.tensor(np.stack([j, i]), dtype=torch.long).reshape(2, -1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_geodesic_matches_arccos_reference(backend, dtype):
+    x = sphere(300, 1)
+    batch = torch.arange(300) % 2
+    for theta in (0.2, 0.5, 2.0):
+        e = geodesic_radius_graph(x.to(dtype), theta, batch, backend=backend)
+        check(e, geo_ref(x.to(dtype), x.to(dtype), theta, batch, batch, same=True, loop=False))
+    y = sphere(120, 2)
+    e = geodesic_radius(x.to(dtype), y.to(dtype), 0.3, backend=backend)
+    check(e, geo_ref(x.to(dtype), y.to(dtype), 0.3))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_geodesic_theta_pi_gives_all_pairs(backend):
+    x = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, -1.0], [1.0, 0.0, 0.0]])
+    e = geodesic_radius_graph(x, math.pi, backend=backend)
+    assert e.size(1) == 6
+    e = geodesic_radius_graph(x, 4.0, torch.tensor([0, 0, 1]), loop=True, backend=backend)
+    check(e, torch.tensor([[0, 1, 0, 1, 2], [0, 0, 1, 1, 2]]))
+    e = geodesic_radius(x, x[:1], 10.0, max_num_neighbors=2, backend=backend)
+    check(e, torch.tensor([[0, 2], [0, 0]]))  # nearest two: itself, then the equator point
+    assert geodesic_radius(x, x, 0.0, backend=backend).size(1) == 3
+
+
+# ----------------------------------------------------------------- errors
+def test_bad_inputs_raise():
+    pos = torch.rand(10, 3)
+    with pytest.raises(ValueError, match="pos"):
+        radius_graph(pos[0], 1.0)
+    with pytest.raises(ValueError, match="pos"):
+        radius_graph(pos.long(), 1.0)
+    bad = pos.clone()
+    bad[2, 1] = float("nan")
+    with pytest.raises(ValueError, match="pos"):
+        radius_graph(bad, 1.0)
+    for r in (-1.0, float("inf"), float("nan"), "1", True):
+        with pytest.raises(ValueError, match="r must"):
+            radius_graph(pos, r)
+    with pytest.raises(ValueError, match="batch"):
+        radius_graph(pos, 1.0, torch.zeros(9, dtype=torch.long))
+    with pytest.raises(ValueError, match="batch"):
+        radius_graph(pos, 1.0, torch.zeros(10))
+    with pytest.raises(ValueError, match="batch_y"):
+        radius(pos, pos[:4], 1.0, torch.zeros(10, dtype=torch.long), torch.zeros(5, dtype=torch.long))
+    with pytest.raises(ValueError, match="y must have"):
+        radius(pos, torch.rand(4, 2), 1.0)
+    with pytest.raises(ValueError, match="max_num_neighbors"):
+        radius_graph(pos, 1.0, max_num_neighbors=-1)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        radius_graph(pos, 1.0, backend="ball_tree")
+    with pytest.raises(ValueError, match="normalise"):
+        geodesic_radius_graph(pos, 0.5)
+    with pytest.raises(ValueError, match="3 columns"):
+        geodesic_radius(torch.rand(4, 2), torch.rand(4, 2), 0.5)
+    with pytest.raises(ValueError, match="theta"):
+        geodesic_radius_graph(sphere(4, 0), -0.1)
+
+
+def test_backend_resolution(monkeypatch):
+    assert resolve_backend("auto", "cpu") == "kdtree"
+    with pytest.raises(ValueError, match="CPU only"):
+        resolve_backend("kdtree", "cuda")
+    assert resolve_backend("auto", "cuda") == ("torch_cluster" if HAS_TC else "cdist")
+    assert resolve_backend("auto", "meta") == "cdist"
+    monkeypatch.setattr(nb, "_torch_cluster_available", lambda: False)
+    with pytest.raises(ValueError, match="torch-cluster"):
+        radius_graph(torch.rand(5, 3), 1.0, backend="torch_cluster")
+    assert resolve_backend("auto", "cuda") == "cdist"
+    monkeypatch.setattr(nb, "_scipy_available", lambda: False)
+    assert resolve_backend("auto", "cpu") == "cdist"
+    pos = torch.rand(50, 3)
+    check(radius_graph(pos, 0.5), ref_pairs(pos, pos, 0.25, same=True, loop=False))

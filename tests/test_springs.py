@@ -1,0 +1,160 @@
+"""Spring-dynamics data generator and the Hamiltonian neural ODE."""
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from pyg_lie.datasets.springs import SpringDynamics, spring_hamiltonian, spring_potential
+from pyg_lie.models.hamiltonian import HamiltonianNODE, PairwiseMLPPotential, rollout_mse
+
+
+class TruePotential(nn.Module):
+    """The exact spring potential in the PyG potential signature (x = [m, k])."""
+
+    def forward(self, x, pos, batch):
+        B = int(batch.max()) + 1
+        return spring_potential(pos.view(B, -1, pos.shape[-1]), x[:, 1].view(B, -1)).unsqueeze(-1)
+
+
+def _rot(theta, dtype=torch.float64):
+    c, s = math.cos(theta), math.sin(theta)
+    return torch.tensor([[c, -s], [s, c]], dtype=dtype)
+
+
+@pytest.fixture(scope="module")
+def traj():
+    return SpringDynamics(64, mode="trajectories", seed=3)
+
+
+def test_energy_conservation(traj):
+    E = traj.energy()
+    rel = ((E - E[:, :1]).abs() / E[:, :1]).max(dim=1).values
+    # RK4 with dt = 0.01 (the paper's data): tiny drift for typical systems
+    assert rel.median() < 1e-4 and rel.max() < 2e-2
+    # and the drift vanishes at RK4's rate when the step is refined
+    fine = SpringDynamics(64, mode="trajectories", seed=3, substeps=4)
+    Ef = fine.energy()
+    rel_f = ((Ef - Ef[:, :1]).abs() / Ef[:, :1]).max(dim=1).values
+    assert rel_f.max() < rel.max() / 100
+    # total momentum is zero per system at t=0 and conserved
+    P = traj.p.sum(dim=2)  # (S, T+1, d)
+    assert P.abs().max() < 1e-12
+
+
+def test_generator_deterministic_and_shapes(traj):
+    a, b = SpringDynamics(8, seed=7), SpringDynamics(8, seed=7)
+    c = SpringDynamics(8, seed=8)
+    assert torch.equal(a.q, b.q) and torch.equal(a.starts, b.starts)
+    assert not torch.equal(a.q, c.q)
+    item = a[2]
+    assert item["z"].shape == (6, 6, 4) and item["m"].shape == (6,) and item["ts"].shape == (6,)
+    s = int(a.starts[2])
+    assert torch.allclose(item["z"][:, :, :2].double(), a.q[2, s:s + 6], atol=1e-6)
+    assert traj[0]["z"].shape == (501, 6, 4)
+    assert (a.m >= 0.1).all() and (a.m <= 3.1).all() and (a.k >= 0).all() and (a.k <= 5).all()
+    with pytest.raises(ValueError, match="mode"):
+        SpringDynamics(4, mode="bad")
+    with pytest.raises(ValueError, match="num_systems"):
+        SpringDynamics(0)
+
+
+def test_node_with_true_potential_reproduces_data(traj):
+    model = HamiltonianNODE(TruePotential()).double()
+    batch = [traj[i] for i in range(4)]
+    z = torch.stack([b["z"] for b in batch]).double()
+    m = torch.stack([b["m"] for b in batch]).double()
+    k = torch.stack([b["k"] for b in batch]).double()
+    with torch.no_grad():
+        pred = model(z[:, 0], m, k, num_steps=20, dt=traj.dt)
+    # same integrator, same step: agreement up to float32 rounding of the stored inputs
+    assert rollout_mse(pred, z[:, :21]).max() < 1e-10
+    H = model.hamiltonian(z[:, 0, :, :2], z[:, 0, :, 2:], m, k)
+    assert torch.allclose(H, spring_hamiltonian(z[:, 0, :, :2], z[:, 0, :, 2:], m, k))
+
+
+def _equivariance_check(model, dtype, angle, tol):
+    g = torch.Generator().manual_seed(0)
+    B, n = 3, 6
+    q = 0.4 * torch.randn(B, n, 2, generator=g, dtype=dtype)
+    p = 0.6 * torch.randn(B, n, 2, generator=g, dtype=dtype)
+    m = 3 * torch.rand(B, n, generator=g, dtype=dtype) + 0.1
+    k = 5 * torch.rand(B, n, generator=g, dtype=dtype)
+    R, t = _rot(angle, dtype), torch.tensor([0.7, -1.3], dtype=dtype)
+    q2, p2 = q @ R.T + t, p @ R.T
+    H1, H2 = model.hamiltonian(q, p, m, k), model.hamiltonian(q2, p2, m, k)
+    assert torch.allclose(H1, H2, atol=tol, rtol=tol), (H1 - H2).abs().max()
+    with torch.no_grad():
+        z1 = model(torch.cat([q, p], -1), m, k, num_steps=5, dt=0.01)
+        z2 = model(torch.cat([q2, p2], -1), m, k, num_steps=5, dt=0.01)
+    z1q, z1p = z1[..., :2] @ R.T + t, z1[..., 2:] @ R.T
+    assert torch.allclose(z2[..., :2], z1q, atol=tol) and torch.allclose(z2[..., 2:], z1p, atol=tol)
+
+
+def test_learned_hamiltonian_equivariance():
+    torch.manual_seed(0)
+    model = HamiltonianNODE(PairwiseMLPPotential(hidden_channels=16)).double()
+    _equivariance_check(model, torch.float64, 1.1, 1e-10)
+
+
+def test_double_backward_finite_and_correct():
+    torch.manual_seed(0)
+    model = HamiltonianNODE(PairwiseMLPPotential(hidden_channels=8)).double()
+    ds = SpringDynamics(4, seed=1, dtype=torch.float64)
+    z = torch.stack([ds[i]["z"] for i in range(4)])
+    m = torch.stack([ds[i]["m"] for i in range(4)])
+    k = torch.stack([ds[i]["k"] for i in range(4)])
+
+    def loss_fn():
+        return rollout_mse(model(z[:, 0], m, k, num_steps=5, dt=ds.dt), z).mean()
+
+    loss = loss_fn()
+    loss.backward()
+    # the output bias of V is a constant energy offset: it cannot affect the dynamics
+    named = dict(model.named_parameters())
+    assert named.pop("potential.mlp.4.bias").grad is None
+    grads = [p.grad for p in named.values()]
+    assert all(gr is not None and torch.isfinite(gr).all() for gr in grads)
+    assert sum(gr.abs().sum() for gr in grads) > 0
+    # the gradient (through grad_q V, i.e. second derivatives of V) matches finite differences
+    w = model.potential.mlp[0].weight
+    eps = 1e-6
+    with torch.no_grad():
+        w[0, 0] += eps
+        lp = loss_fn().item()
+        w[0, 0] -= 2 * eps
+        lm = loss_fn().item()
+        w[0, 0] += eps
+    fd = (lp - lm) / (2 * eps)
+    assert abs(fd - w.grad[0, 0].item()) <= 1e-5 * max(1.0, abs(fd))
+
+
+def test_node_validation():
+    with pytest.raises(ValueError, match="potential"):
+        HamiltonianNODE(lambda *a: None)
+    model = HamiltonianNODE(PairwiseMLPPotential())
+    with pytest.raises(ValueError, match="z0"):
+        model(torch.zeros(2, 6, 3), torch.ones(2, 6), torch.ones(2, 6), 1, 0.01)
+
+
+def _lie_potential(group):
+    models = pytest.importorskip("pyg_lie.models.lie_transformer")
+    from pyg_lie.experiments.springs import build_potential
+    return build_potential(group, hidden_channels=16, num_layers=2, heads=2)
+
+
+@pytest.mark.parametrize("group,angle", [("T2", 0.0), ("SE2", math.pi)])
+def test_lie_transformer_potential(group, angle):
+    """T(2): translation-invariant; SE(2) with the C_2 lift: exact for T(2) x| C_2."""
+    torch.manual_seed(0)
+    model = HamiltonianNODE(_lie_potential(group)).double()
+    _equivariance_check(model, torch.float64, angle, 1e-8)
+    ds = SpringDynamics(2, seed=1, dtype=torch.float64)
+    z = torch.stack([ds[i]["z"] for i in range(2)])
+    m = torch.stack([ds[i]["m"] for i in range(2)])
+    k = torch.stack([ds[i]["k"] for i in range(2)])
+    loss = rollout_mse(model(z[:, 0], m, k, num_steps=2, dt=ds.dt), z[:, :3]).mean()
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert len(grads) > 0 and all(torch.isfinite(gr).all() for gr in grads)
+    assert sum(gr.abs().sum() for gr in grads) > 0

@@ -131,3 +131,46 @@ class EquivariantLinear(nn.Module):
             rb[self.out_type.trivial_slice] = 0
             resid = resid + rb.norm() / b.norm().clamp_min(1e-30)
         return float(resid)
+
+
+class EquivariantRMSNorm(nn.Module):
+    """Equivariant normalisation ``y = s (x) x / sqrt(mean(x^2) + eps) + b``.
+
+    ``mean(x^2)`` is G-invariant (orthogonal irreps); the scale ``s`` is one learnable
+    number per irrep channel (it commutes with ``rho``) and the bias ``b`` lives on the
+    trivial irrep only. No mean subtraction, so the layer also survives restriction to
+    subgroups unchanged (Theorem 2).
+
+    Shapes:
+        input/output ``(..., V.dim)``.
+    """
+
+    def __init__(self, field_type: FieldType, eps: float = 1e-6, affine: bool = True):
+        super().__init__()
+        self.field_type, self.eps = field_type, eps
+        idx = []
+        ch = 0
+        for r, C, _ in field_type.blocks:
+            for c in range(C):
+                idx += [ch + c] * r.dim
+            ch += C
+        self.register_buffer("channel_of_feature", torch.as_tensor(idx, dtype=torch.long), persistent=False)
+        self.num_channels = ch
+        Ct = field_type.blocks[0][1]
+        self.weight = nn.Parameter(torch.ones(ch)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(Ct)) if (affine and Ct) else None
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            nn.init.ones_(self.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.weight is not None:
+            y = y * self.weight[self.channel_of_feature]
+        if self.bias is not None:
+            Ct = self.bias.numel()
+            y = torch.cat([y[..., :Ct] + self.bias, y[..., Ct:]], dim=-1)
+        return y

@@ -1,0 +1,242 @@
+"""Vision transformer equivariant to a discrete subgroup ``G`` of O(2).
+
+The paper's Eq. (3) with a class token (Section 4.5)::
+
+    images --(resample)--> C(H_0, R^c) --patch embed + PosEnc--> C(H, V)
+           --(+ cls in the trivial irrep)--> Block_1 ... Block_depth
+           --cls token--> invariantization (Eq. 15) --> linear head --> logits
+
+Every map is ``G``-equivariant, so the logits are ``G``-invariant: on square grids under
+90-degree rotations and flips of the image, on hexagonal grids under the induced
+permutations of the hexagonal pixels.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..vit.attention import EquivariantSelfAttention, complete_graph, radius_patch_graph
+from ..vit.field_type import FieldType
+from ..vit.irreps import FiniteO2Group, GSet, get_group
+from ..vit.linear import EquivariantLinear, EquivariantRMSNorm
+from ..vit.nonlinearity import FourierNonlinearity, gset_family, gset_from_spec
+from ..vit.patch_embed import EquivariantPatchEmbed, make_grid
+from ..vit.positional import InvariantPositionalEncoding
+
+__all__ = ["EquivariantViT", "EquivariantViTBlock", "SQUARE_GROUPS", "HEX_GROUPS"]
+
+SQUARE_GROUPS = ("C1", "C2", "C4", "D1", "D2", "D4")
+HEX_GROUPS = ("C1", "C2", "C3", "C6", "D1", "D2", "D3", "D6")
+
+
+class EquivariantViTBlock(nn.Module):
+    """Pre-norm transformer block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))`` with
+    ``mlp = Linear(V -> C(X)) o FourierNonlinearity o Linear(C(X) -> V)``."""
+
+    def __init__(self, V: FieldType, gset: GSet, heads: int, attention: str,
+                 irrep_heads: Optional[Mapping[str, int]] = None, head_ids=None, attn_dropout: float = 0.0,
+                 drop_path: float = 0.0, activation: Optional[Callable] = None):
+        super().__init__()
+        self.norm1 = EquivariantRMSNorm(V)
+        self.attn = EquivariantSelfAttention(V, heads, attention, irrep_heads, head_ids, dropout=attn_dropout)
+        self.norm2 = EquivariantRMSNorm(V)
+        self.act = FourierNonlinearity(gset, activation)
+        self.mlp_in = EquivariantLinear(V, self.act.field_type)
+        self.mlp_out = EquivariantLinear(self.act.field_type, V)
+        self.drop_path = drop_path
+
+    def _dp(self, y: Tensor, batch: int) -> Tensor:
+        if not self.training or self.drop_path == 0.0:
+            return y
+        keep = 1.0 - self.drop_path
+        mask = torch.rand(batch, 1, 1, device=y.device, dtype=y.dtype) < keep
+        return (y.view(batch, -1, y.shape[-1]) * mask / keep).view_as(y)
+
+    def forward(self, x: Tensor, edge_index: Tensor, batch: int = 1) -> Tensor:
+        x = x + self._dp(self.attn(self.norm1(x), edge_index), batch)
+        return x + self._dp(self.mlp_out(self.act(self.mlp_in(self.norm2(x)))), batch)
+
+
+class EquivariantViT(nn.Module):
+    """G-equivariant ViT classifier with invariant logits.
+
+    Args:
+        group: ``"D4"``, ``"C4"``, ``"D2"``, ``"C2"``, ``"C1"`` (square) or ``"D6"``,
+            ``"C6"``, ``"D3"``, ``"C3"``, ``"C1"`` (hex); also ``D1``, ``D2``, ``C2``.
+        grid: ``"square"`` or ``"hex"``.
+        img_size: side ``S`` of the square input images.
+        patch_size: square: ``P`` (``S % P == 0``); hex: ``N2``, points per patch side.
+        in_channels: colour channels ``c``.
+        num_classes: number of logits.
+        depth: number of transformer blocks.
+        heads: attention heads (per irrep for ``irrepwise``).
+        channels: token space ``V`` = ``channels`` copies of the regular representation.
+        attention: ``"coupled"`` or ``"irrepwise"``.
+        mlp_gset: G-set family of the MLP nonlinearity (``"regular"``,
+            ``"regular+trivial"``, ``"quotients"``), a dict ``{subgroup words: copies}``
+            or a :class:`GSet`.
+        mlp_ratio: ``n / channels``: the family is taken ``round(mlp_ratio * channels)`` times.
+        patches_side: hex only, ``N1`` patches per side of the hexagon of patches.
+        attn_radius: ``None`` (complete patch graph) or a radius in pixels between patch
+            centres (local attention; the class token always sees all patches).
+        attn_dropout, drop_path, head_dropout: regularisation (training only).
+        irrep_heads: ``{irrep: h_rho}`` for irrep-wise attention.
+        field_type: explicit token type ``V`` (overrides ``channels``).
+        activation: pointwise nonlinearity (default GELU).
+
+    Shapes:
+        ``forward(images)``: ``(B, c, S, S)`` (hex also accepts resampled pixels
+        ``(B, c, num_pixels)``) -> logits ``(B, num_classes)``.
+    """
+
+    def __init__(self, group: Union[str, FiniteO2Group] = "D4", grid: str = "square", img_size: int = 32,
+                 patch_size: int = 4, in_channels: int = 3, num_classes: int = 10, depth: int = 6, heads: int = 3,
+                 channels: int = 3, attention: str = "coupled", mlp_gset: Union[str, Mapping, GSet] = "regular",
+                 mlp_ratio: float = 1.0, patches_side: int = 3, attn_radius: Optional[float] = None,
+                 attn_dropout: float = 0.0, drop_path: float = 0.0, head_dropout: float = 0.0,
+                 irrep_heads: Optional[Mapping[str, int]] = None, field_type: Optional[FieldType] = None,
+                 activation: Optional[Callable] = None, _head_ids=None, _invariant_groups=None):
+        super().__init__()
+        G = get_group(group) if isinstance(group, str) else group
+        if grid not in ("square", "hex", "hexagonal"):
+            raise ValueError(f"grid: must be 'square' or 'hex', got {grid!r}")
+        allowed = SQUARE_GROUPS if grid == "square" else HEX_GROUPS
+        if G.name not in allowed:
+            raise ValueError(f"group: {G.name} is not supported on grid={grid!r}; choose one of {allowed}"
+                             + (" or use grid='hex'" if grid == "square" and G.name in HEX_GROUPS else "")
+                             + (" or use grid='square'" if grid != "square" and G.name in SQUARE_GROUPS else ""))
+        if depth < 0 or channels < 1 or heads < 1:
+            raise ValueError("depth must be >= 0, channels and heads >= 1")
+        self.group = G
+        self.config = dict(group=G.name, grid=grid, img_size=img_size, patch_size=patch_size, in_channels=in_channels,
+                           num_classes=num_classes, depth=depth, heads=heads, channels=channels, attention=attention,
+                           mlp_gset=mlp_gset, mlp_ratio=mlp_ratio, patches_side=patches_side, attn_radius=attn_radius,
+                           attn_dropout=attn_dropout, drop_path=drop_path, head_dropout=head_dropout,
+                           irrep_heads=irrep_heads, activation=activation)
+        self.grid = make_grid(G, grid, img_size, patch_size, patches_side)
+        V = field_type if field_type is not None else FieldType.regular(G, channels)
+        self.field_type = V
+        if isinstance(mlp_gset, GSet):
+            gset = mlp_gset
+        elif isinstance(mlp_gset, Mapping):
+            base = gset_from_spec(G, mlp_gset)
+            gset = GSet.disjoint_union([base] * max(1, round(mlp_ratio * channels)))
+        else:
+            gset = gset_family(G, mlp_gset, max(1, round(mlp_ratio * channels)))
+        self.gset = gset
+        self.attn_radius = attn_radius
+        self.patch_embed = EquivariantPatchEmbed(self.grid, in_channels, V)
+        self.pos = InvariantPositionalEncoding(self.grid.patch_perms, V)
+        Ct = V.blocks[0][1]
+        if Ct == 0:
+            raise ValueError("field_type: the class token needs at least one trivial channel")
+        self.cls_token = nn.Parameter(torch.zeros(Ct))
+        self.blocks = nn.ModuleList([
+            EquivariantViTBlock(V, gset, heads, attention, irrep_heads, _head_ids, attn_dropout,
+                                drop_path * (i + 1) / max(depth, 1), activation) for i in range(depth)])
+        self.norm = EquivariantRMSNorm(V)
+        # invariantization (Eq. 15): trivial features as values, norms of every other channel
+        if _invariant_groups is None:
+            values, groups = list(range(Ct)), []
+            for r, C, s in V.blocks[1:]:
+                for c in range(C):
+                    groups.append([s.start + c * r.dim + j for j in range(r.dim)])
+            _invariant_groups = (values, groups)
+        values, groups = _invariant_groups
+        self._invariant_groups = (list(values), [list(g) for g in groups])
+        self.register_buffer("inv_values", torch.as_tensor(values, dtype=torch.long), persistent=False)
+        self.register_buffer("inv_feat", torch.as_tensor([f for g in groups for f in g], dtype=torch.long), persistent=False)
+        self.register_buffer("inv_group", torch.as_tensor([i for i, g in enumerate(groups) for _ in g], dtype=torch.long),
+                             persistent=False)
+        self.num_invariants = len(values) + len(groups)
+        self.head_dropout = nn.Dropout(head_dropout)
+        self.head = nn.Linear(self.num_invariants, num_classes)
+        self._graphs: dict = {}
+        self.reset_parameters()
+
+    # ------------------------------------------------------------------ utils
+    def reset_parameters(self) -> None:
+        for m in self.modules():
+            if m is not self and hasattr(m, "reset_parameters"):
+                m.reset_parameters()
+        nn.init.normal_(self.cls_token, std=0.02)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.grid.num_patches + 1
+
+    def edge_index(self, batch: int, device) -> Tensor:
+        key = (batch, str(device))
+        if key not in self._graphs:
+            if self.attn_radius is None:
+                ei = complete_graph(batch, self.num_tokens, device)
+            else:
+                pos = torch.as_tensor(self.grid.center_positions(), device=device)
+                ei = radius_patch_graph(pos, self.attn_radius, batch, with_cls=True)
+            self._graphs = {key: ei}
+        return self._graphs[key]
+
+    def invariants(self, cls: Tensor) -> Tensor:
+        """Eq. (15): ``cls^triv (+) (||cls^rho_c||)_{rho != triv, c}``, shape ``(B, num_invariants)``."""
+        vals = cls.index_select(-1, self.inv_values)
+        if self.inv_feat.numel() == 0:
+            return vals
+        sq = cls.index_select(-1, self.inv_feat).pow(2)
+        n = sq.new_zeros(*cls.shape[:-1], self.num_invariants - vals.shape[-1]).index_add_(-1, self.inv_group, sq)
+        return torch.cat([vals, torch.sqrt(n + 1e-12)], -1)
+
+    def tokens(self, images: Tensor) -> Tensor:
+        """Patch tokens after embedding and positional encoding, ``(B, num_patches, V.dim)``."""
+        return self.pos(self.patch_embed(self.grid.to_pixels(images)))
+
+    def features(self, images: Tensor, return_all: bool = False):
+        """Backbone: tokens ``(B, num_patches + 1, V.dim)`` after the last block (class
+        token first); with ``return_all`` the list after embedding and every block."""
+        x = self.tokens(images)
+        B = x.shape[0]
+        V = self.field_type
+        cls = torch.cat([self.cls_token.to(x.dtype), x.new_zeros(V.dim - self.cls_token.numel())])
+        x = torch.cat([cls.expand(B, 1, -1), x], dim=1)
+        out = [x]
+        h = x.reshape(B * self.num_tokens, -1)
+        ei = self.edge_index(B, x.device)
+        for blk in self.blocks:
+            h = blk(h, ei, B)
+            out.append(h.view(B, self.num_tokens, -1))
+        return out if return_all else out[-1]
+
+    def forward(self, images: Tensor) -> Tensor:
+        x = self.features(images)
+        cls = self.norm(x[:, 0])
+        return self.head(self.head_dropout(self.invariants(cls)))
+
+    # ----------------------------------------------------------- restriction
+    def restrict(self, subgroup: Union[str, FiniteO2Group]) -> "EquivariantViT":
+        """Theorem 2: an ``H``-equivariant ViT (``H <= G``) computing the same function.
+
+        Token features are mapped by an ``H``-equivariant isometry ``Res: V -> W``; all
+        weights are transported (``W' = Res W Res^T`` etc.) and re-expressed in the
+        ``H``-Schur parametrisation, so the new model is an ordinary ``H``-model that can
+        be trained further with the smaller symmetry.
+        """
+        from ..vit.restrict import restrict_model
+        return restrict_model(self, subgroup)
+
+    def count_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def macs_per_image(self) -> dict[str, int]:
+        """Multiply-adds of the linear layers per image (patch embedding, q/k/v/o, MLP,
+        head) and of the Fourier transforms, from the block structure."""
+        Np, N = self.grid.num_patches, self.num_tokens
+        lin = self.patch_embed.macs_per_token() * Np
+        ft = 0
+        for blk in self.blocks:
+            lin += N * (blk.attn.macs_per_token() + blk.mlp_in.macs_per_token() + blk.mlp_out.macs_per_token())
+            ft += N * blk.act.macs_per_token()
+        lin += self.head.in_features * self.head.out_features
+        return {"linear": lin, "fourier": ft}

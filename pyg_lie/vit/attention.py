@@ -1,0 +1,158 @@
+"""Equivariant multi-head self-attention over patch tokens (the paper's Section 4.4).
+
+With a G-invariant inner product on ``V`` (the Euclidean one: all irreps are
+orthogonal) and a G-stable orthogonal decomposition ``V = V_1 + ... + V_h`` into
+heads, the scores ``alpha^(r)(a, b) = <Pi_r q(a), Pi_r k(b)> / sqrt(dim V_r)`` are
+invariant, so ``y^(r)(a) = sum_b softmax_b(alpha^(r)) Pi_r v(b)`` is equivariant.
+
+Head decompositions (``Pi_r`` selects whole irrep channels):
+
+* ``coupled``: ``V_r = (+)_rho R^{C_rho/h} (x) V_rho`` (every head sees every irrep);
+* ``irrepwise``: each irrep ``rho`` is split into ``h_rho`` heads of ``C_rho/h_rho``
+  channels (default ``h_rho = h``), ``sum_rho h_rho`` heads in all.
+
+The layer is a PyG ``MessagePassing`` on the patch graph (complete by default); the
+softmax over each target's incoming edges is the shared
+:func:`pyg_lie.nn.attention_core.edge_attention`.
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping, Optional, Sequence, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.nn import MessagePassing
+
+from ..nn.attention_core import edge_attention
+from .field_type import FieldType
+from .linear import EquivariantLinear
+
+__all__ = ["EquivariantSelfAttention", "head_assignment", "complete_graph", "radius_patch_graph"]
+
+
+def head_assignment(V: FieldType, heads: int, mode: str = "coupled",
+                    irrep_heads: Optional[Mapping[str, int]] = None) -> list[list[int]]:
+    """Head id of every channel, per irrep: ``[[head of channel c of rho] for rho]``."""
+    out: list[list[int]] = []
+    if mode == "coupled":
+        for r, C, _ in V.blocks:
+            if C % heads:
+                raise ValueError(f"heads: coupled attention needs every C_rho divisible by heads={heads}; "
+                                 f"{r.name} has C={C} in {V}")
+            out.append([c // (C // heads) for c in range(C)] if C else [])
+        return out
+    if mode == "irrepwise":
+        nxt = 0
+        for r, C, _ in V.blocks:
+            h = (irrep_heads or {}).get(r.name, heads) if C else 0
+            if C and (h < 1 or C % h):
+                raise ValueError(f"irrep_heads: C_{r.name}={C} is not divisible by its {h} heads")
+            out.append([nxt + c // (C // h) for c in range(C)] if C else [])
+            nxt += h
+        return out
+    raise ValueError(f"attention: must be 'coupled' or 'irrepwise', got {mode!r}")
+
+
+def complete_graph(batch: int, nodes: int, device=None) -> Tensor:
+    """Edges ``j -> i`` between all tokens (incl. self loops) of each of ``batch`` images."""
+    idx = torch.arange(nodes, device=device)
+    src = idx.repeat(nodes)
+    dst = idx.repeat_interleave(nodes)
+    off = (torch.arange(batch, device=device) * nodes).repeat_interleave(nodes * nodes)
+    return torch.stack([src.repeat(batch) + off, dst.repeat(batch) + off])
+
+
+def radius_patch_graph(positions: Tensor, radius: float, batch: int, with_cls: bool = True) -> Tensor:
+    """Edges between patches with centre distance ``<= radius`` (G-invariant); the class
+    token (node 0 of each image when ``with_cls``) is connected to and from everything."""
+    Np = positions.shape[0]
+    d = torch.cdist(positions.double(), positions.double())
+    adj = d <= radius + 1e-9
+    if with_cls:
+        full = torch.ones(Np + 1, Np + 1, dtype=torch.bool, device=positions.device)
+        full[1:, 1:] = adj
+        adj = full
+    dst, src = adj.nonzero(as_tuple=True)
+    n = adj.shape[0]
+    off = (torch.arange(batch, device=positions.device) * n).repeat_interleave(src.numel())
+    return torch.stack([src.repeat(batch) + off, dst.repeat(batch) + off])
+
+
+class EquivariantSelfAttention(MessagePassing):
+    """G-equivariant multi-head self-attention as a message-passing layer.
+
+    Args:
+        field_type: token type ``V`` (input and output).
+        heads: number of heads ``h`` (per irrep for ``irrepwise``).
+        attention: ``"coupled"`` or ``"irrepwise"``.
+        irrep_heads: ``{irrep: h_rho}`` for ``irrepwise``.
+        head_ids: explicit ``[[head of channel] per irrep]`` (overrides the above; used
+            by :meth:`EquivariantViT.restrict`).
+        dropout: dropout on attention weights (training only).
+        bias: biases (trivial irrep only) in the q/k/v/o maps.
+        normalization: ``"softmax"`` or ``"mean"`` (see ``edge_attention``).
+
+    Shapes:
+        ``x``: ``(N, V.dim)``; ``edge_index``: ``(2, E)`` with ``j -> i`` edges;
+        output ``(N, V.dim)``; attention weights ``(E, num_heads)``.
+    """
+
+    def __init__(self, field_type: FieldType, heads: int = 1, attention: str = "coupled",
+                 irrep_heads: Optional[Mapping[str, int]] = None, head_ids: Optional[Sequence[Sequence[int]]] = None,
+                 dropout: float = 0.0, bias: bool = True, normalization: str = "softmax"):
+        super().__init__(aggr="sum", node_dim=0)
+        V = field_type
+        self.field_type, self.attention, self.dropout, self.normalization = V, attention, dropout, normalization
+        if head_ids is None:
+            head_ids = head_assignment(V, heads, attention, irrep_heads)
+        self.head_ids = [list(h) for h in head_ids]
+        feat_head = []
+        for (r, C, _), ids in zip(V.blocks, self.head_ids):
+            if len(ids) != C:
+                raise ValueError("head_ids: one head id per channel of every irrep is required")
+            for c in range(C):
+                feat_head += [ids[c]] * r.dim
+        fh = torch.as_tensor(feat_head, dtype=torch.long)
+        self.heads = int(fh.max().item()) + 1 if fh.numel() else 1
+        counts = torch.bincount(fh, minlength=self.heads).double()
+        if (counts == 0).any():
+            raise ValueError("head_ids: every head needs at least one channel")
+        onehot = F.one_hot(fh, self.heads).double() / counts.sqrt()[None]  # (D, H), 1/sqrt(dim V_r)
+        self.register_buffer("feat_head", fh, persistent=False)
+        self.register_buffer("score_proj", onehot, persistent=False)
+        self.q = EquivariantLinear(V, V, bias)
+        self.k = EquivariantLinear(V, V, bias)
+        self.v = EquivariantLinear(V, V, bias)
+        self.o = EquivariantLinear(V, V, bias)
+        self._alpha: Optional[Tensor] = None
+
+    def reset_parameters(self) -> None:
+        for lin in (self.q, self.k, self.v, self.o):
+            lin.reset_parameters()
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}({self.field_type.dim}, {self.field_type.dim}, heads={self.heads}, "
+                f"attention={self.attention!r}, group={self.field_type.group.name})")
+
+    def forward(self, x: Tensor, edge_index: Tensor, return_attention_weights: bool = False):
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        out = self.propagate(edge_index, q=q, k=k, v=v, size=None)
+        out = self.o(out)
+        alpha, self._alpha = self._alpha, None
+        if return_attention_weights:
+            return out, (edge_index, alpha)
+        return out
+
+    def message(self, q_i: Tensor, k_j: Tensor, v_j: Tensor, index: Tensor, ptr: Optional[Tensor],
+                size_i: Optional[int]) -> Tensor:
+        score = (q_i * k_j) @ self.score_proj.to(q_i.dtype)  # (E, H)
+        alpha = edge_attention(score, index, num_nodes=size_i if size_i is not None else int(index.max()) + 1,
+                               normalization=self.normalization, ptr=ptr)
+        self._alpha = alpha
+        alpha = F.dropout(alpha, p=self.dropout, training=self.training)
+        return v_j * alpha[:, self.feat_head]
+
+    def macs_per_token(self) -> int:
+        return 4 * self.q.macs_per_token()

@@ -1,0 +1,259 @@
+"""G-patchified grids (the paper's Definition 3) and the equivariant patch embedding.
+
+A grid is ``H_0 = U + H``: the base patch ``U`` and the patch centres ``H`` are
+G-stable finite point sets. Points are stored in integer lattice coordinates so
+the group acts by exact integer matrices:
+
+* :class:`SquareGrid` (subgroups of ``D4``): doubled pixel coordinates
+  ``(2j - (S-1), (S-1) - 2i)`` of pixel ``(i, j)`` (x right, y up), so an image
+  ``(B, C, S, S)`` is the flat pixel tensor ``(B, C, S*S)`` in row-major order.
+* :class:`HexGrid` (subgroups of ``D6``): hexagonal lattice ``m a1 + n a2`` with
+  ``a1 = (1, 0)``, ``a2 = (1/2, sqrt(3)/2)``; the base patch is the hexagon with
+  ``N2`` points per side (``3 N2 (N2-1) + 1`` pixels), the centres form a hexagon
+  with ``N1`` points per side on the lattice spanned by ``(N2-1)(a1 + a2)`` and
+  ``(N2-1)(2 a2 - a1)``, so neighbouring patches share their boundary edge (the
+  paper's ``N1 = N2 = 9``: 217 patches of 217 pixels, 42,073 pixels in all).
+  Square images are resampled onto ``H_0`` bilinearly.
+
+The patch embedding (Section 4.2.1) is ``Id_H (x) l`` with
+``l in Hom_G(C(U, R^c), V)``: ``C(U)`` is decomposed orbit by orbit (each G-orbit of
+pixels is a homogeneous space) into an orthonormal Fourier basis
+``E^rho_{alpha j}``, then a Schur linear layer mixes the ``c * nu_rho`` copies of
+each irrep into ``C_rho`` output channels. This spans the full ``Hom_G`` space.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Union
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .field_type import FieldType
+from .irreps import FiniteO2Group, GSet, get_group
+from .linear import EquivariantLinear
+
+__all__ = ["SquareGrid", "HexGrid", "make_grid", "EquivariantPatchEmbed"]
+
+
+class _Grid:
+    """Common part of square and hexagonal grids (points in integer lattice coords)."""
+
+    kind = "grid"
+    basis = np.eye(2)  # lattice coords -> plane coords
+
+    def _setup(self, group: FiniteO2Group, U: np.ndarray, centers: np.ndarray, pixels: Optional[np.ndarray] = None):
+        self.group = group
+        self.U = U.astype(np.int64)
+        self.centers = centers.astype(np.int64)
+        if pixels is None:
+            pts = sorted({(int(a + u), int(b + v)) for a, b in self.centers for u, v in self.U})
+            pixels = np.array(pts, dtype=np.int64)
+        self.pixels = pixels.astype(np.int64)
+        lookup = {tuple(p): i for i, p in enumerate(self.pixels.tolist())}
+        self.patch_index = np.array([[lookup[(int(c[0] + u[0]), int(c[1] + u[1]))] for u in self.U] for c in self.centers])
+        self.num_pixels, self.num_patches, self.patch_pixels = len(self.pixels), len(self.centers), len(self.U)
+        self.lattice_actions = [self._lattice_action(g) for g in range(group.order)]
+        self.pixel_perms = np.stack([self._perm(self.pixels, g) for g in range(group.order)])
+        self.patch_perms = np.stack([self._perm(self.centers, g) for g in range(group.order)])
+        self.U_perms = np.stack([self._perm(self.U, g) for g in range(group.order)])
+
+    def _lattice_action(self, g: int) -> np.ndarray:
+        B = self.basis
+        A = np.linalg.inv(B) @ self.group.plane_matrix(g) @ B
+        Ai = np.rint(A)
+        if np.abs(A - Ai).max() > 1e-9:
+            raise ValueError(f"group: {self.group.name} does not act on the {self.kind} grid")
+        return Ai.astype(np.int64)
+
+    def _perm(self, pts: np.ndarray, g: int) -> np.ndarray:
+        """``perm[x] = index of g . pts[x]``."""
+        lookup = {tuple(p): i for i, p in enumerate(pts.tolist())}
+        moved = pts @ self.lattice_actions[g].T
+        try:
+            return np.array([lookup[tuple(p)] for p in moved.tolist()])
+        except KeyError:
+            raise ValueError(f"group: the {self.kind} grid is not stable under {self.group.name}") from None
+
+    def plane_coords(self, pts: np.ndarray) -> np.ndarray:
+        return pts @ self.basis.T
+
+    def center_positions(self) -> np.ndarray:
+        """Patch centres in plane coordinates (pixel units), ``(num_patches, 2)``."""
+        return self.plane_coords(self.centers)
+
+    def transform_pixels(self, x: Tensor, g: int) -> Tensor:
+        """``(g . I)(p) = I(g^{-1} p)`` on flat pixel tensors ``(..., num_pixels)``."""
+        out = torch.empty_like(x)
+        out[..., torch.as_tensor(self.pixel_perms[g], device=x.device)] = x
+        return out
+
+    def transform_tokens(self, x: Tensor, V: FieldType, g: int) -> Tensor:
+        """``(g . x)(a) = rho_V(g) x(g^{-1} a)`` on patch tokens ``(B, num_patches, V.dim)``."""
+        y = V.transform(x, g)
+        out = torch.empty_like(y)
+        out[..., torch.as_tensor(self.patch_perms[g], device=x.device), :] = y
+        return out
+
+
+class SquareGrid(_Grid):
+    """Square image ``S x S`` cut into ``(S/P)^2`` patches of ``P x P`` pixels (Eq. 1).
+
+    Raises:
+        ValueError: if ``img_size`` is not divisible by ``patch_size`` or the group is
+            not a subgroup of ``D4``.
+    """
+
+    kind = "square"
+
+    def __init__(self, group: Union[str, FiniteO2Group], img_size: int, patch_size: int):
+        group = get_group(group) if isinstance(group, str) else group
+        if 4 % group.n != 0:
+            raise ValueError(f"group: {group.name} is not a subgroup of D4; on grid='square' use one of "
+                             "C1, C2, C4, D1, D2, D4 (or grid='hex' for C3, C6, D3, D6)")
+        if patch_size < 1 or img_size % patch_size != 0:
+            raise ValueError(f"img_size: {img_size} is not divisible by patch_size={patch_size}; "
+                             f"choose img_size as a multiple of patch_size (e.g. {max(1, img_size // max(patch_size, 1)) * patch_size})")
+        self.img_size, self.patch_size = img_size, patch_size
+        S, P = img_size, patch_size
+        U = np.array([(2 * uj - (P - 1), (P - 1) - 2 * ui) for ui in range(P) for uj in range(P)])
+        q = S // P
+        centers = np.array([(2 * pj * P + P - S, S - P - 2 * pi * P) for pi in range(q) for pj in range(q)])
+        pixels = np.array([(2 * j - (S - 1), (S - 1) - 2 * i) for i in range(S) for j in range(S)])
+        self._setup(group, U, centers, pixels)
+
+    def plane_coords(self, pts: np.ndarray) -> np.ndarray:
+        return pts / 2.0
+
+    def to_pixels(self, images: Tensor) -> Tensor:
+        """``(B, C, S, S)`` to flat pixels ``(B, C, S*S)``."""
+        if images.dim() != 4 or images.shape[-1] != self.img_size or images.shape[-2] != self.img_size:
+            raise ValueError(f"images: expected (B, C, {self.img_size}, {self.img_size}), got {tuple(images.shape)}")
+        return images.flatten(-2)
+
+
+class HexGrid(_Grid):
+    """Hexagonal patches on a hexagonal lattice of patches (subgroups of ``D6``).
+
+    Args:
+        group: a subgroup of ``D6`` (``C1, C2, C3, C6, D1, D2, D3, D6``).
+        img_size: side of the square input images that are resampled onto the grid.
+        patch_side: ``N2``, pixels on each side of a hexagonal patch (``>= 2``).
+        patches_side: ``N1``, patches on each side of the hexagon of patches.
+    """
+
+    kind = "hex"
+    basis = np.array([[1.0, 0.5], [0.0, math.sqrt(3) / 2]])
+
+    def __init__(self, group: Union[str, FiniteO2Group], img_size: int, patch_side: int, patches_side: int = 3):
+        group = get_group(group) if isinstance(group, str) else group
+        if 6 % group.n != 0:
+            raise ValueError(f"group: {group.name} is not a subgroup of D6; on grid='hex' use one of "
+                             "C1, C2, C3, C6, D1, D2, D3, D6 (or grid='square' for C4, D4)")
+        if patch_side < 2 or patches_side < 1:
+            raise ValueError(f"patch_size: hexagonal patches need patch_size (points per side) >= 2 and "
+                             f"patches_side >= 1, got {patch_side}, {patches_side}")
+        self.img_size, self.patch_size, self.patches_side = img_size, patch_side, patches_side
+        R2, R1 = patch_side - 1, patches_side - 1
+        hexpts = lambda R: np.array([(m, n) for n in range(-R, R + 1) for m in range(-R, R + 1) if abs(m + n) <= R])
+        U = hexpts(R2)
+        h = hexpts(R1)
+        centers = h[:, :1] * np.array([R2, R2]) + h[:, 1:] * np.array([-R2, 2 * R2])
+        self._setup(group, U, centers)
+        xy = self.plane_coords(self.pixels)
+        half = (img_size - 1) / 2.0
+        if img_size < 2:
+            raise ValueError("img_size: must be >= 2 for the hexagonal grid")
+        scale = half / np.abs(xy).max()
+        grid = np.stack([xy[:, 0] * scale / half, -xy[:, 1] * scale / half], -1)  # grid_sample (x, y)
+        self._sample_grid = torch.as_tensor(grid, dtype=torch.float64)
+
+    def to_pixels(self, images: Tensor) -> Tensor:
+        """Bilinear resampling of ``(B, C, S, S)`` images onto the hex pixels ``(B, C, N)``;
+        tensors already of shape ``(B, C, num_pixels)`` pass through."""
+        if images.dim() == 3 and images.shape[-1] == self.num_pixels:
+            return images
+        if images.dim() != 4 or images.shape[-1] != self.img_size or images.shape[-2] != self.img_size:
+            raise ValueError(f"images: expected (B, C, {self.img_size}, {self.img_size}) or hex pixels "
+                             f"(B, C, {self.num_pixels}), got {tuple(images.shape)}")
+        grid = self._sample_grid.to(images.device, images.dtype)[None, None].expand(images.shape[0], 1, -1, 2)
+        return F.grid_sample(images, grid, mode="bilinear", align_corners=True).squeeze(-2)
+
+
+def make_grid(group: Union[str, FiniteO2Group], grid: str, img_size: int, patch_size: int, patches_side: int = 3):
+    if grid == "square":
+        return SquareGrid(group, img_size, patch_size)
+    if grid in ("hex", "hexagonal"):
+        return HexGrid(group, img_size, patch_size, patches_side)
+    raise ValueError(f"grid: must be 'square' or 'hex', got {grid!r}")
+
+
+def patch_fourier_basis(grid: _Grid) -> dict[str, np.ndarray]:
+    """Orbit-by-orbit orthonormal basis ``E[rho]`` of ``C(U)``, shape ``(nu_rho, d_rho, |U|)``."""
+    G = grid.group
+    Uset = GSet(G, grid.U_perms)
+    out: dict[str, list] = {r.name: [] for r in G.irreps}
+    for orb in Uset.orbits():
+        loc = {x: i for i, x in enumerate(orb)}
+        sub = GSet(G, np.array([[loc[int(grid.U_perms[g, x])] for x in orb] for g in range(G.order)]))
+        for name, Q in sub.fourier_basis().items():
+            for a in range(Q.shape[0]):
+                E = np.zeros((Q.shape[1], grid.patch_pixels))
+                E[:, orb] = Q[a]
+                out[name].append(E)
+    return {k: (np.stack(v) if v else np.zeros((0, G.irrep(k).dim, grid.patch_pixels))) for k, v in out.items()}
+
+
+class EquivariantPatchEmbed(nn.Module):
+    """Equivariant patch embedding ``C(H_0, R^c) -> C(H, V)`` (Eq. 7).
+
+    Args:
+        grid: a :class:`SquareGrid` or :class:`HexGrid`.
+        in_channels: ``c`` (3 for RGB).
+        out_type: the token field type ``V``.
+        bias: bias on the trivial irrep.
+
+    Shapes:
+        input flat pixels ``(B, c, num_pixels)``, output ``(B, num_patches, V.dim)``.
+    """
+
+    def __init__(self, grid: _Grid, in_channels: int, out_type: FieldType, bias: bool = True):
+        super().__init__()
+        self.grid, self.in_channels, self.out_type = grid, in_channels, out_type
+        E = patch_fourier_basis(grid)
+        self.nu = {k: v.shape[0] for k, v in E.items()}
+        self.in_type = FieldType(grid.group, {k: in_channels * v for k, v in self.nu.items()})
+        rows = []  # in_type layout: per irrep, channel (c, alpha), component j
+        for r in grid.group.irreps:
+            Er = E[r.name]
+            for c in range(in_channels):
+                for a in range(Er.shape[0]):
+                    for j in range(r.dim):
+                        row = np.zeros((in_channels, grid.patch_pixels))
+                        row[c] = Er[a, j]
+                        rows.append(row.reshape(-1))
+        basis = np.stack(rows)  # (in_type.dim, c * |U|), orthogonal
+        self.register_buffer("basis", torch.as_tensor(basis, dtype=torch.float64), persistent=False)
+        self.register_buffer("patch_index", torch.as_tensor(grid.patch_index), persistent=False)
+        self.linear = EquivariantLinear(self.in_type, out_type, bias=bias)
+
+    def reset_parameters(self) -> None:
+        self.linear.reset_parameters()
+
+    def filters(self) -> Tensor:
+        """Dense equivalent filter bank ``(V.dim, c * |U|)`` (channel-major pixels)."""
+        W = self.linear.dense_weight()
+        return W @ self.basis.to(W.dtype)
+
+    def forward(self, pixels: Tensor) -> Tensor:
+        B, c = pixels.shape[0], pixels.shape[1]
+        if c != self.in_channels:
+            raise ValueError(f"pixels: expected {self.in_channels} channels, got {c}")
+        patches = pixels[:, :, self.patch_index]  # (B, c, Np, |U|)
+        patches = patches.permute(0, 2, 1, 3).reshape(B, self.grid.num_patches, -1)
+        return F.linear(patches, self.filters().to(patches.dtype), self.linear.dense_bias())
+
+    def macs_per_token(self) -> int:
+        return self.out_type.dim * self.in_channels * self.grid.patch_pixels

@@ -27,12 +27,13 @@ smaller source index; the result is the same for every backend. With
 
 Backends
 --------
-* ``"kdtree"``: :class:`scipy.spatial.cKDTree` (CPU only). One tree for the
-  whole batch: the dense graph id times a separation larger than the radius is
-  appended as an extra coordinate, so graphs never connect and there is no
-  Python loop over graphs. ``query_pairs`` for ``radius_graph``,
-  ``sparse_distance_matrix`` for the bipartite ``radius`` (both measured faster
-  than ``query_ball_point``).
+* ``"kdtree"``: :class:`scipy.spatial.cKDTree` (CPU only). One tree per large
+  graph; consecutive small graphs (up to ``KDTREE_GROUP`` points together)
+  share a tree in which the graph id times a separation larger than the
+  radius is an extra coordinate, so graphs never connect and batches of many
+  small molecules do not loop in Python per graph. ``query_pairs`` for
+  ``radius_graph``, ``sparse_distance_matrix`` for the bipartite ``radius``
+  (both measured several times faster than ``query_ball_point``).
 * ``"torch_cluster"``: :func:`torch_cluster.radius` (CPU and CUDA), imported
   lazily. It truncates silently, so it is called with a bound and the targets
   whose count reached the bound are searched again with a larger one.
@@ -67,6 +68,10 @@ __all__ = [
 ]
 
 BACKENDS = ("auto", "kdtree", "torch_cluster", "cdist")
+
+#: Consecutive graphs are put in one k-d tree (with an extra separating axis)
+#: while their points number at most this; larger graphs get a tree each.
+KDTREE_GROUP = 4096
 
 #: Number of distance-matrix entries one ``cdist`` chunk may hold.
 CDIST_CHUNK_ELEMENTS = 1 << 22
@@ -249,11 +254,18 @@ def _search(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor], batch_y: 
     if nx == 0 or ny == 0 or k == 0:
         return _empty(device)
 
-    # dense graph ids 0..B-1 shared by x and y, then stable sort by graph
+    # dense graph ids 0..B-1 shared by x and y, then a stable sort by graph
+    perm_x: Optional[Tensor] = None  # None: already sorted (identity)
+    perm_y: Optional[Tensor] = None
     if batch_x is None and batch_y is None:
         gx = torch.zeros(nx, dtype=torch.long, device=device)
         gy = gx if same else torch.zeros(ny, dtype=torch.long, device=device)
         num_graphs = 1
+    elif same and bool((batch_x[1:] >= batch_x[:-1]).all()):
+        gx = torch.zeros(nx, dtype=torch.long, device=device)  # sorted: ranks by a cumsum
+        gx[1:] = torch.cumsum((batch_x[1:] != batch_x[:-1]).long(), 0)
+        gy = gx
+        num_graphs = int(gx[-1]) + 1
     else:
         if batch_x is None:
             batch_x = torch.zeros(nx, dtype=torch.long, device=device)
@@ -262,31 +274,44 @@ def _search(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor], batch_y: 
         ids, inv = torch.unique(torch.cat([batch_x, batch_y]), return_inverse=True)
         gx, gy = inv[:nx], inv[nx:]
         num_graphs = ids.numel()
-    perm_x = torch.sort(gx, stable=True).indices
-    perm_y = perm_x if same else torch.sort(gy, stable=True).indices
-    gxs, gys = gx[perm_x], gy[perm_y]
-    xs = x[perm_x]
-    ys = xs if same else y[perm_y]
+        perm_x = torch.sort(gx, stable=True).indices
+        perm_y = perm_x if same else torch.sort(gy, stable=True).indices
+        gx, gy = gx[perm_x], gy[perm_y]
+    xs = x if perm_x is None else x[perm_x]
+    ys = xs if same else (y if perm_y is None else y[perm_y])
 
     if all_pairs:
-        src, tgt = _all_pairs(gxs, gys, num_graphs)
+        src, tgt = _all_pairs(gx, gy, num_graphs)
     else:
         sdt = _search_dtype(x.dtype)
         rc = _candidate_radius(r, sdt, d, _diameter(x, y))
         fn = {"kdtree": _cand_kdtree, "torch_cluster": _cand_torch_cluster,
               "cdist": _cand_cdist}[backend]
-        src, tgt = fn(xs.to(sdt), ys.to(sdt), gxs, gys, num_graphs, rc, same)
-    src, tgt = perm_x[src], perm_y[tgt]
-
-    if same and not loop:
-        keep = src != tgt
+        src, tgt = fn(xs.to(sdt), ys.to(sdt), gx, gy, num_graphs, rc, same)
+    if same:
+        # the candidate set is symmetric: decide each unordered pair once
+        keep = src < tgt
         src, tgt = src[keep], tgt[keep]
+    if perm_x is not None:
+        src, tgt = perm_x[src], perm_y[tgt]
+
     d2 = None
     if not all_pairs or k is not None:
-        d2 = (x[src].double() - y[tgt].double()).pow(2).sum(1)
+        x64 = x.double()
+        y64 = x64 if same else y.double()
+        d2 = (x64[src] - y64[tgt]).pow(2).sum(1)
     if not all_pairs:
         keep = d2 <= r * r
         src, tgt, d2 = src[keep], tgt[keep], d2[keep]
+    if same:
+        parts_s, parts_t, parts_d = [src, tgt], [tgt, src], [d2, d2]
+        if loop:
+            ar = torch.arange(nx, device=device)
+            parts_s.append(ar)
+            parts_t.append(ar)
+            parts_d.append(torch.zeros(nx, dtype=torch.float64, device=device))
+        src, tgt = torch.cat(parts_s), torch.cat(parts_t)
+        d2 = torch.cat(parts_d) if d2 is not None else None
 
     # canonical order (target, source)
     order = torch.sort(tgt * nx + src).indices
@@ -320,28 +345,52 @@ def _all_pairs(gxs: Tensor, gys: Tensor, num_graphs: int) -> Tuple[Tensor, Tenso
 
 # ---------------------------------------------------------- candidate steps
 # Each returns (src, tgt) indices into the graph-sorted xs / ys: a superset of
-# the same-graph pairs within rc (self pairs may or may not be present).
+# the same-graph pairs within rc (self pairs may or may not be present). For
+# ``same`` the set must contain both orientations of a pair, or only src < tgt.
 
 def _cand_kdtree(xs: Tensor, ys: Tensor, gxs: Tensor, gys: Tensor, num_graphs: int, rc: float,
                  same: bool) -> Tuple[Tensor, Tensor]:
     from scipy.spatial import cKDTree
 
-    def data(p: Tensor, g: Tensor) -> np.ndarray:
-        a = p.detach().double().numpy()
-        if num_graphs > 1:  # graphs apart along an extra axis; within a graph the offset cancels exactly
-            a = np.concatenate([a, (g.numpy() * (2.0 * rc + 1.0))[:, None]], axis=1)
-        return a
+    ptr_x = _group_ptr(gxs, num_graphs).tolist()
+    ptr_y = ptr_x if same else _group_ptr(gys, num_graphs).tolist()
+    X = xs.detach().double().numpy()
+    Y = X if same else ys.detach().double().numpy()
+    GX = gxs.numpy()
+    GY = GX if same else gys.numpy()
+    sep = 2.0 * rc + 1.0
+    srcs, tgts = [], []
 
-    tx = cKDTree(data(xs, gxs))
-    if same:
-        pairs = tx.query_pairs(rc, output_type="ndarray")
-        a = torch.from_numpy(pairs[:, 0].astype(np.int64))
-        b = torch.from_numpy(pairs[:, 1].astype(np.int64))
-        diag = torch.arange(xs.size(0))
-        return torch.cat([a, b, diag]), torch.cat([b, a, diag])
-    ty = cKDTree(data(ys, gys))
-    m = tx.sparse_distance_matrix(ty, rc, output_type="ndarray")
-    return (torch.from_numpy(m["i"].astype(np.int64)), torch.from_numpy(m["j"].astype(np.int64)))
+    def tree(P: np.ndarray, G: np.ndarray, g0: int, multi: bool):
+        if multi:  # graphs apart along an extra axis; within a graph the offset cancels exactly
+            P = np.concatenate([P, ((G - g0) * sep)[:, None]], axis=1)
+        # measured: unbalanced, non-compact trees build and query faster here
+        return cKDTree(P, balanced_tree=False, compact_nodes=False)
+
+    g = 0
+    while g < num_graphs:
+        # one tree per large graph; consecutive small graphs share one tree
+        h = g + 1
+        while h < num_graphs and (ptr_x[h + 1] - ptr_x[g]) + (ptr_y[h + 1] - ptr_y[g]) <= KDTREE_GROUP:
+            h += 1
+        xa, xb, ya, yb = ptr_x[g], ptr_x[h], ptr_y[g], ptr_y[h]
+        multi = h > g + 1
+        if xb > xa and yb > ya:
+            tx = tree(X[xa:xb], GX[xa:xb], g, multi)
+            if same:  # each unordered pair once (i < j), which is all the driver needs
+                pairs = tx.query_pairs(rc, output_type="ndarray").astype(np.int64)
+                srcs.append(pairs[:, 0] + xa)
+                tgts.append(pairs[:, 1] + xa)
+            else:
+                ty = tree(Y[ya:yb], GY[ya:yb], g, multi)
+                m = tx.sparse_distance_matrix(ty, rc, output_type="ndarray")
+                srcs.append(m["i"].astype(np.int64) + xa)
+                tgts.append(m["j"].astype(np.int64) + ya)
+        g = h
+    if not srcs:
+        z = torch.empty(0, dtype=torch.long)
+        return z, z
+    return torch.from_numpy(np.concatenate(srcs)), torch.from_numpy(np.concatenate(tgts))
 
 
 def _cand_torch_cluster(xs: Tensor, ys: Tensor, gxs: Tensor, gys: Tensor, num_graphs: int,

@@ -16,6 +16,15 @@ BACKENDS = [b for b in ("kdtree", "torch_cluster", "cdist") if b in nb.available
 HAS_TC = "torch_cluster" in BACKENDS
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The inputs are tiny; on a loaded shared CPU, intra-op threads only add contention."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 # --------------------------------------------------------------- reference
 def ref_pairs(x, y, r2, bx=None, by=None, same=False, loop=True, k=None):
     """Brute force with numpy: full float64 squared distance matrix, mask, (i, j) order."""
@@ -139,6 +148,19 @@ def test_torch_cluster_bound_retry(monkeypatch):
     assert int(torch.bincount(e[1]).max()) > 8
 
 
+@pytest.mark.parametrize("group", [0, 60, 10**9])
+def test_kdtree_tree_grouping(monkeypatch, group):
+    """One tree per graph, small graphs sharing a tree, and everything in one tree agree."""
+    monkeypatch.setattr(nb, "KDTREE_GROUP", group)
+    pos, batch = random_cloud(300, 3, 12, torch.float32, seed=12, scale=2.0)
+    pos = torch.cat([pos, torch.rand(100, 3) * 2])
+    batch = torch.cat([batch, torch.full((100,), 20)])
+    check(radius_graph(pos, 0.6, batch, backend="kdtree"),
+          ref_pairs(pos, pos, 0.6 ** 2, batch, batch, same=True, loop=False))
+    y, by = pos[::2], torch.cat([batch[::2][:-5], torch.full((5,), 30)])  # graph 30: no sources
+    check(radius(pos, y, 0.6, batch, by, backend="kdtree"), ref_pairs(pos, y, 0.6 ** 2, batch, by))
+
+
 def test_cdist_small_chunks(monkeypatch):
     monkeypatch.setattr(nb, "CDIST_CHUNK_ELEMENTS", 1000)
     pos, batch = random_cloud(300, 2, 20, torch.float32, seed=9, scale=3.0)
@@ -152,7 +174,7 @@ def test_far_from_origin_float32():
     """cdist's matmul form loses accuracy far from the origin; centring and the float64 check fix it."""
     pos, batch = random_cloud(300, 3, 2, torch.float32, seed=11, scale=3.0)
     pos = pos + 1e4
-    ref = ref_pairs(pos, pos, 0.49, batch, batch, same=True, loop=False)
+    ref = ref_pairs(pos, pos, 0.7 ** 2, batch, batch, same=True, loop=False)
     for backend in BACKENDS:
         check(radius_graph(pos, 0.7, batch, backend=backend), ref)
 

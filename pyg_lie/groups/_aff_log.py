@@ -4,12 +4,13 @@ Method: inverse scaling and squaring (Higham, *Functions of Matrices*, SIAM 2008
 ch. 11; Kenney & Laub 1989):
 
 1. take square roots ``X <- X^{1/2}`` (product-form Denman--Beavers iteration with
-   determinantal scaling, Higham eq. (6.17)-(6.18)) until ``||X - I||_F <= THETA``;
+   determinantal scaling, Higham 2008, ch. 6) until ``||X - I||_F <= THETA``;
    the number ``s`` of square roots is chosen per batch element;
 2. ``log(I + Z)`` with ``Z = X - I`` by the ``m = 8`` point Gauss--Legendre rule on
    ``log(I + Z) = int_0^1 Z (I + t Z)^{-1} dt``, which equals the ``[8/8]`` Pade
    approximant (Dieci, Morini & Papini 1996); for ``||Z|| <= 0.34`` its error is
-   below double precision unit roundoff (Higham 2001, Table 2.1);
+   below double precision unit roundoff (Higham 2001; checked numerically: ~3e-16,
+   i.e. rounding level, on the circle ``|z| = 0.34``);
 3. ``log(A) = 2^s log(I + Z)``.
 
 The iteration stops early, so differentiating through it gives wrong gradients.
@@ -18,8 +19,9 @@ derivative: for upstream gradient ``G``,
 
     dL/dA = L_log(A^T, G) = top-right block of log([[A^T, G], [0, A^T]])
 
-(Higham 2008, Thm. 3.6 / eq. (3.16); Al-Mohy, Higham & Relton 2013: for a function
-with a real power series, the adjoint of ``L_f(A, .)`` is ``L_f(A^T, .)``).
+(Higham 2008, ch. 3: block-matrix formula for the Frechet derivative; Al-Mohy,
+Higham & Relton 2013: for ``f`` with a real power series the adjoint of
+``L_f(A, .)`` is ``L_f(A^T, .)``).
 The backward calls the same function on the ``2n x 2n`` block matrix, so second
 derivatives also work. All work happens in float64.
 """

@@ -1,0 +1,99 @@
+r"""Resumable checkpoints: model, optimiser, scheduler, epoch and every rank's RNG states.
+
+A checkpoint written at the end of epoch ``e`` and loaded into a fresh process
+continues with epoch ``e + 1`` exactly as an uninterrupted run would: the
+samplers reshuffle from ``seed + epoch`` and the RNG states (Python, NumPy,
+torch CPU and CUDA) of every rank are restored, so random lifts, dropout or
+augmentation draw the same numbers.
+
+:func:`save_checkpoint` is collective (all ranks must call it: it gathers the
+RNG states); only rank 0 writes, atomically (temporary file + ``os.replace``).
+Checkpoints are pickles: load only files you wrote (``weights_only=False``).
+"""
+from __future__ import annotations
+
+import os
+import random
+from typing import Any, Dict, Optional
+
+import numpy as np
+import torch
+from torch import nn
+
+from .ddp import DistEnv, gather_objects, unwrap
+
+__all__ = ["rng_state", "set_rng_state", "save_checkpoint", "load_checkpoint"]
+
+
+def rng_state() -> Dict[str, Any]:
+    """This process's RNG states (Python, NumPy, torch CPU and all CUDA devices)."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Dict[str, Any]) -> None:
+    """Restore states produced by :func:`rng_state`."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(path: str, model: nn.Module, optimizer: torch.optim.Optimizer,
+                    scheduler: Optional[Any], epoch: int, env: DistEnv,
+                    extra: Optional[Dict[str, Any]] = None) -> None:
+    """Write the training state after ``epoch`` (collective; rank 0 writes ``path``).
+
+    Args:
+        path: file to write (its folder is created).
+        model: the (possibly DDP-wrapped) model; the unwrapped ``state_dict`` is saved.
+        optimizer, scheduler: saved via their ``state_dict`` (scheduler may be ``None``).
+        epoch: the last *completed* epoch (0-based).
+        env: the distributed environment.
+        extra: anything else picklable (metric history, arguments).
+    """
+    rngs = gather_objects(rng_state(), env)
+    if not env.is_main:
+        return
+    ckpt = {
+        "model": unwrap(model).state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+        "epoch": epoch,
+        "world_size": env.world_size,
+        "rng": rngs,
+        "extra": extra or {},
+    }
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = path + ".tmp"
+    torch.save(ckpt, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str, model: nn.Module, optimizer: Optional[torch.optim.Optimizer],
+                    scheduler: Optional[Any], env: DistEnv) -> Dict[str, Any]:
+    """Load a checkpoint into the given objects (on every rank) and restore this rank's RNG.
+
+    If the checkpoint was written with a different number of processes, every
+    rank restores rank ``min(rank, saved - 1)``'s RNG state (data order is still
+    exact because it depends only on the seed and the epoch).
+
+    Returns:
+        The checkpoint dict (``epoch``, ``extra``, ...); training resumes at ``epoch + 1``.
+    """
+    if not os.path.isfile(path):
+        raise ValueError(f"checkpoint {path!r} does not exist; check --resume")
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    unwrap(model).load_state_dict(ckpt["model"])
+    if optimizer is not None:
+        optimizer.load_state_dict(ckpt["optimizer"])
+    if scheduler is not None and ckpt.get("scheduler") is not None:
+        scheduler.load_state_dict(ckpt["scheduler"])
+    rngs = ckpt.get("rng") or []
+    if rngs:
+        set_rng_state(rngs[min(env.rank, len(rngs) - 1)])
+    return ckpt

@@ -1,0 +1,153 @@
+r"""The LieTransformer model (Hutchinson et al., 2021, Fig. 1) on PyG batches.
+
+``Lift -> Linear -> L x LieTransformerBlock -> LayerNorm -> GroupPool -> MLP``:
+
+* the cloud ``(x, pos, batch)`` is lifted to ``N K`` group elements
+  (:class:`~pyg_lie.nn.Lift`, Haar samples or a finite subgroup);
+* lifted edges come from a radius graph on the *base* positions (complete
+  graph per cloud with ``radius=None``), expanded to all lift pairs
+  (:mod:`pyg_lie.nn.lifted_edges`), optionally subsampled / thresholded;
+* every block is equivariant for the left action on lifted nodes, the mean
+  pooling is invariant, so the output is invariant: exactly for T(n), SO(2),
+  and for ``lift="finite"`` under the translations x| the finite subgroup; in
+  expectation over the lift for Haar lifts.
+
+Output: one vector ``(B, out_channels)`` per graph.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional, Union
+
+import torch
+from torch import Tensor
+from torch.nn import LayerNorm, Linear, Module, ModuleList, Sequential, SiLU
+
+from ..groups import LieGroup, get_group
+from ..nn.group_pool import GroupPool
+from ..nn.lie_transformer_block import LieTransformerBlock
+from ..nn.lift import Lift, LiftedPoints, check_point_cloud
+from ..nn.lifted_edges import lifted_edges
+
+__all__ = ["LieTransformer"]
+
+
+def _orbit_dim(group: LieGroup) -> int:
+    inv = group.orbit_invariants(group.origin(dtype=torch.float64).unsqueeze(0))
+    return 0 if inv is None else int(inv.shape[-1])
+
+
+class LieTransformer(Module):
+    r"""Group-invariant LieTransformer.
+
+    Args:
+        group: Lie group or its name (``"T2"``, ``"SE2"``, ``"SO2"``, ``"T3"``,
+            ``"SO3"``, ``"SE3"``).
+        in_channels: point feature size.
+        hidden_channels: feature size ``d_v`` of the lifted nodes.
+        out_channels: size of the invariant output per graph.
+        num_layers: number of :class:`~pyg_lie.nn.LieTransformerBlock`.
+        heads: attention heads.
+        lift_samples: ``K``, lifts per point (1 for T(n) and SO(2)).
+        radius: base neighbourhood radius; ``None`` = all pairs of each cloud.
+        lift: ``"haar"`` (random stabiliser samples) or ``"finite"``
+            (``C_K`` / a finite rotation group: exact discrete invariance).
+        max_num_neighbors: uniform subsampling of lifted neighbourhoods.
+        log_threshold, distance_weights: log-map distance threshold
+            (see :mod:`pyg_lie.nn.lifted_edges`).
+        use_invariants: feed the orbit invariants (SO(n): radius) to the
+            location attention.
+        head_layers: linear maps of the output MLP after pooling.
+        seed: seed of the evaluation-mode Haar lift and subsampling.
+        **attention_kwargs: ``content``, ``location``, ``combine``,
+            ``normalization``, ``kernel_dim``, ``kernel_layers``, ``mlp_ratio``,
+            ``dropout`` (see :class:`~pyg_lie.nn.LieSelfAttention`).
+    """
+
+    def __init__(self, group: Union[str, LieGroup], in_channels: int, hidden_channels: int,
+                 out_channels: int, num_layers: int = 4, heads: int = 4, lift_samples: int = 1,
+                 radius: Optional[float] = None, lift: str = "haar", *,
+                 max_num_neighbors: Optional[int] = None, log_threshold: Optional[float] = None,
+                 distance_weights: Optional[Dict[str, float]] = None, use_invariants: bool = True,
+                 head_layers: int = 3, seed: int = 0, **attention_kwargs):
+        super().__init__()
+        self.group = get_group(group)
+        self.in_channels, self.hidden_channels, self.out_channels = in_channels, hidden_channels, out_channels
+        self.num_layers, self.heads = num_layers, heads
+        self.radius = radius
+        self.max_num_neighbors, self.log_threshold = max_num_neighbors, log_threshold
+        self.distance_weights = distance_weights
+        self.seed = seed
+        self.lift = Lift(self.group, lift_samples, mode=lift, seed=seed)
+        self.invariant_dim = _orbit_dim(self.group) if use_invariants else 0
+        self.embed = Linear(in_channels, hidden_channels)
+        self.blocks = ModuleList([
+            LieTransformerBlock(hidden_channels, self.group, heads, invariant_dim=self.invariant_dim,
+                                **attention_kwargs)
+            for _ in range(num_layers)])
+        self.norm = LayerNorm(hidden_channels)
+        self.pool = GroupPool("mean")
+        mods = []
+        for _ in range(head_layers - 1):
+            mods += [Linear(hidden_channels, hidden_channels), SiLU()]
+        mods.append(Linear(hidden_channels, out_channels))
+        self.head = Sequential(*mods)
+
+    @property
+    def lift_samples(self) -> int:
+        return self.lift.num_samples
+
+    def reset_parameters(self) -> None:
+        self.embed.reset_parameters()
+        for b in self.blocks:
+            b.reset_parameters()
+        self.norm.reset_parameters()
+        for mod in self.head:
+            if isinstance(mod, Linear):
+                mod.reset_parameters()
+
+    def lifted_features(self, x: Tensor, pos: Tensor, batch: Optional[Tensor] = None,
+                        stabilizer: Optional[Tensor] = None):
+        """Equivariant features of the lifted nodes.
+
+        Returns:
+            ``(h (M, hidden), lifted: LiftedPoints, edge_index (2, E))``.
+        """
+        check_point_cloud(self.group, x, pos, batch)
+        if x.size(1) != self.in_channels:
+            raise ValueError(f"x must have {self.in_channels} channels (in_channels), got {x.size(1)}")
+        lifted: LiftedPoints = self.lift(x, pos, batch, stabilizer=stabilizer)
+        gen = None if self.training else torch.Generator().manual_seed(self.seed + 1)
+        edge_index = lifted_edges(pos.detach(), batch, self.lift.num_samples, self.radius, g=lifted.g,
+                                  group=self.group, max_num_neighbors=self.max_num_neighbors,
+                                  log_threshold=self.log_threshold,
+                                  distance_weights=self.distance_weights, generator=gen)
+        inv = None
+        if self.invariant_dim > 0:
+            inv = self.group.orbit_invariants(pos)[lifted.index].to(x.dtype)
+        h = self.embed(lifted.x)
+        for block in self.blocks:
+            h = block(h, edge_index, lifted.g, inv)
+        return self.norm(h), lifted, edge_index
+
+    def forward(self, x: Tensor, pos: Tensor, batch: Optional[Tensor] = None,
+                stabilizer: Optional[Tensor] = None, num_graphs: Optional[int] = None) -> Tensor:
+        """Invariant prediction ``(B, out_channels)``.
+
+        Args:
+            x: ``(N, in_channels)`` point features.
+            pos: ``(N, n)`` positions.
+            batch: ``(N,)`` sorted graph ids (``None``: one graph).
+            stabilizer: optional fixed ``(N, K, m, m)`` stabiliser samples.
+            num_graphs: number of graphs ``B`` (default ``batch.max() + 1``).
+        """
+        h, lifted, _ = self.lifted_features(x, pos, batch, stabilizer)
+        if num_graphs is None:
+            num_graphs = 1 if batch is None else (int(batch.max()) + 1 if batch.numel() else 0)
+        return self.head(self.pool(h, lifted.batch, size=num_graphs))
+
+    def __repr__(self) -> str:
+        a = self.blocks[0].attn if len(self.blocks) else None
+        extra = f", normalization={a.normalization!r}" if a is not None else ""
+        return (f"{self.__class__.__name__}({self.group.name}, {self.in_channels}, {self.hidden_channels}, "
+                f"{self.out_channels}, num_layers={self.num_layers}, heads={self.heads}, "
+                f"lift_samples={self.lift.num_samples}, lift={self.lift.mode!r}, radius={self.radius}{extra})")

@@ -1,0 +1,280 @@
+r"""LieSelfAttention (Hutchinson et al., 2021, Algorithm 1 and Appendix E) as a PyG layer.
+
+Nodes are *lifted* points: node ``i`` carries features ``f_i`` and a group
+element ``g_i``. For every edge ``j -> i`` and head ``h``
+
+.. math::
+
+    \alpha^h_{ij} = F\big(k_c^h(f_i, f_j),\; k_l^h(g_i^{-1} g_j)\big),\qquad
+    w^h_{ij} = \operatorname{norm}_{j \in \mathcal N(i)} \alpha^h_{ij},\qquad
+    f^{out}_i = W^O \big\Vert_h \sum_{j \in \mathcal N(i)} w^h_{ij} W^{V,h} f_j .
+
+Options (names of the paper's Appendix E):
+
+* content ``k_c``: ``"dot_product"`` ``(W^Q f_i)^T (W^K f_j) / sqrt(d_h)`` per head,
+  or ``"linear_concat_linear"`` ``W [W^Q f_i ; W^K f_j]`` (computed as
+  ``W_1 W^Q f_i + W_2 W^K f_j`` on nodes, so it costs nothing per edge).
+* location ``k_l``: ``"mlp"``, an MLP (``kernel_layers`` layers of width
+  ``kernel_dim``, SiLU) on ``vee(log(g_i^{-1} g_j))`` concatenated with the orbit
+  invariants of both ends (``invariants``, e.g. the radius for SO(n)); or
+  ``"identity"``, those coordinates themselves (only with ``combine="mlp"``).
+* combination ``F``: ``"additive"`` ``k_c + k_l``, ``"multiplicative"``
+  ``k_c k_l``, ``"mlp"`` ``MLP([k_c ; k_l])`` (then ``k_c`` and ``k_l`` may be
+  vectors).
+* normalisation: ``"softmax"`` over ``j in N(i)`` or ``"constant"``
+  ``alpha_ij / |N(i)|`` (the paper's choice for Hamiltonian dynamics).
+
+Everything lives on edges: memory is ``O(E (heads + d))`` with ``E`` the number
+of edges, never ``O(N^2)``. ``g_i^{-1} g_j`` is invariant to ``g -> u g`` for
+every ``u``, so the layer is exactly equivariant under the left action on the
+lifted nodes. A node without incoming edges receives zero (no NaN); inside a
+residual block it keeps its residual value.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch.nn import Linear, Module, Sequential, SiLU
+from torch_geometric.nn import MessagePassing
+
+from ..groups import LieGroup, get_group
+from .attention_core import edge_attention
+
+__all__ = ["LieSelfAttention", "relative_log_at_cut", "CONTENT", "LOCATION", "COMBINE", "NORMALIZATION"]
+
+CONTENT = ("dot_product", "linear_concat_linear")
+LOCATION = ("mlp", "identity")
+COMBINE = ("additive", "mlp", "multiplicative")
+NORMALIZATION = ("softmax", "constant")
+
+
+_CUT_TOL = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-4, torch.float64: 1e-9}
+_GENERIC = (0.3141, 0.5926, 0.7416)  # fixed generic direction deciding the side of the cut in SO(3)
+
+
+def relative_log_at_cut(group: LieGroup, g: Tensor, edge_index: Tensor) -> Tensor:
+    r"""``group.relative_log`` with one representative at the cut ``|theta| = pi``.
+
+    At rotation angle ``pi`` the principal log has two values (``+pi`` and
+    ``-pi`` in 2D, ``+-omega`` in 3D) and floating-point rounding picks one at
+    random. Finite lifts of even order (``C_2``, ``C_4``, octahedral ...) hit
+    this exactly for every pair of opposite lifts, which would break their
+    exact invariance. Within ``tol`` of the cut this picks one side
+    deterministically using an *exact* rewrite of the same element:
+
+    * SO(2), SE(2): ``theta < -pi + tol`` becomes ``theta + 2 pi``; since
+      ``V^{-1}(theta) = (theta/2) [[cot(theta/2), 1], [-1, cot(theta/2)]]``
+      and ``cot`` has period ``pi``, the whole coordinate vector scales by
+      ``(theta + 2 pi) / theta``.
+    * SO(3): ``|omega| > pi - tol`` with ``omega . v < 0`` (fixed generic ``v``)
+      becomes ``omega (|omega| - 2 pi) / |omega|``.
+
+    A function of ``g_i^{-1} g_j`` only, so equivariance is untouched. Other
+    groups are returned unchanged.
+    """
+    xi = group.relative_log(g, edge_index)
+    rot = group.blocks.get("rotation")
+    if rot is None:
+        return xi
+    tol = _CUT_TOL.get(xi.dtype, 1e-4)
+    width = rot.stop - rot.start
+    if width == 1 and group.name in ("SO2", "SE2"):
+        theta = xi[..., rot.start] / math.sqrt(2.0)
+        flip = theta < -math.pi + tol
+        safe = torch.where(flip, theta, torch.ones_like(theta))
+        factor = torch.where(flip, (safe + 2 * math.pi) / safe, torch.ones_like(theta))
+        return xi * factor.unsqueeze(-1)
+    if width == 3 and group.name == "SO3":
+        w = xi[..., rot]
+        scale = math.sqrt(2.0)  # Frobenius-orthonormal basis: |xi_rot| = sqrt(2) |omega|
+        theta = w.norm(dim=-1) / scale
+        v = torch.tensor(_GENERIC, dtype=w.dtype, device=w.device)
+        flip = (theta > math.pi - tol) & ((w * v).sum(-1) < 0)
+        safe = torch.where(flip, theta, torch.ones_like(theta))
+        factor = torch.where(flip, (safe - 2 * math.pi) / safe, torch.ones_like(theta))
+        return xi * factor.unsqueeze(-1)
+    return xi
+
+
+def _mlp(in_dim: int, hidden: int, out_dim: int, layers: int) -> Module:
+    """``layers`` linear maps with SiLU in between (``layers >= 1``)."""
+    mods = []
+    d = in_dim
+    for _ in range(layers - 1):
+        mods += [Linear(d, hidden), SiLU()]
+        d = hidden
+    mods.append(Linear(d, out_dim))
+    return Sequential(*mods)
+
+
+def _choice(value: str, options: Tuple[str, ...], arg: str) -> str:
+    if value not in options:
+        raise ValueError(f"{arg} must be one of {options}, got {value!r}")
+    return value
+
+
+def _is_compiling() -> bool:
+    try:
+        return torch.compiler.is_compiling()
+    except AttributeError:  # pragma: no cover
+        return False
+
+
+class LieSelfAttention(MessagePassing):
+    r"""Multi-head LieSelfAttention on lifted nodes (see the module docstring).
+
+    Args:
+        in_channels: input feature size ``C_in``.
+        out_channels: output feature size ``C_out`` (default ``C_in``); must be
+            divisible by ``heads``.
+        group: the Lie group (object or name such as ``"SE2"``).
+        heads: number of heads ``H``.
+        content, location, combine, normalization: see the module docstring.
+        kernel_dim: width of the location MLP (the paper's "kernel dimension").
+        kernel_layers: number of linear maps of the location MLP.
+        invariant_dim: number ``k`` of orbit invariants per node passed in
+            ``invariants`` (0 when the group acts transitively).
+        dropout: dropout on the attention weights (training only).
+        bias: bias of the value projection.
+
+    Shapes:
+        input ``x (N, C_in)``, ``edge_index (2, E)``, ``g (N, m, m)``,
+        optional ``invariants (N, k)``; output ``(N, C_out)`` and, with
+        ``return_attention_weights=True``, ``(edge_index, w (E, H))``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: Optional[int] = None,
+                 group: Union[str, LieGroup] = "SE2", heads: int = 4, *,
+                 content: str = "dot_product", location: str = "mlp", combine: str = "additive",
+                 normalization: str = "softmax", kernel_dim: int = 16, kernel_layers: int = 3,
+                 invariant_dim: int = 0, dropout: float = 0.0, bias: bool = True, **kwargs):
+        kwargs.setdefault("aggr", "sum")
+        super().__init__(node_dim=0, **kwargs)
+        out_channels = in_channels if out_channels is None else out_channels
+        if heads < 1 or out_channels % heads != 0:
+            raise ValueError(f"out_channels ({out_channels}) must be divisible by heads ({heads})")
+        self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
+        self.head_dim = out_channels // heads
+        self.group = get_group(group)
+        self.content = _choice(content, CONTENT, "content")
+        self.location = _choice(location, LOCATION, "location")
+        self.combine = _choice(combine, COMBINE, "combine")
+        self.normalization = _choice(normalization, NORMALIZATION, "normalization")
+        if self.location == "identity" and self.combine != "mlp":
+            raise ValueError("location='identity' gives a vector k_l, which needs combine='mlp'")
+        self.kernel_dim, self.kernel_layers = kernel_dim, kernel_layers
+        self.invariant_dim = int(invariant_dim)
+        self.dropout = dropout
+        H, D = heads, self.head_dim
+
+        self.lin_q = Linear(in_channels, H * D, bias=False)
+        self.lin_k = Linear(in_channels, H * D, bias=False)
+        self.lin_v = Linear(in_channels, H * D, bias=bias)
+        self.lin_out = Linear(H * D, out_channels, bias=False)
+
+        # k_c output width per edge
+        if self.content == "dot_product":
+            self.content_dim = H
+            self.lcl_q = self.lcl_k = None
+        else:
+            c = kernel_dim if self.combine == "mlp" else H
+            self.content_dim = c
+            self.lcl_q = Linear(H * D, c, bias=True)
+            self.lcl_k = Linear(H * D, c, bias=False)
+
+        self.loc_in = self.group.dim + 2 * self.invariant_dim
+        if self.location == "mlp":
+            self.location_dim = kernel_dim if self.combine == "mlp" else H
+            self.loc_mlp = _mlp(self.loc_in, kernel_dim, self.location_dim, kernel_layers)
+        else:
+            self.location_dim = self.loc_in
+            self.loc_mlp = None
+        if self.combine == "mlp":
+            self.combine_mlp = _mlp(self.content_dim + self.location_dim, kernel_dim, H, 2)
+        else:
+            self.combine_mlp = None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        for mod in self.modules():
+            if isinstance(mod, Linear):
+                mod.reset_parameters()
+
+    # ----------------------------------------------------------------- forward
+    def forward(self, x: Tensor, edge_index: Tensor, g: Tensor, invariants: Optional[Tensor] = None,
+                return_attention_weights: Optional[bool] = None):
+        """Attend over ``edge_index`` (row 0 = source ``j``, row 1 = target ``i``)."""
+        if not _is_compiling():
+            self._check(x, edge_index, g, invariants)
+        H, D = self.heads, self.head_dim
+        N = x.size(0)
+        q = self.lin_q(x).view(N, H, D)
+        k = self.lin_k(x).view(N, H, D)
+        v = self.lin_v(x).view(N, H, D)
+
+        # location features on edges: vee(log(g_i^-1 g_j)) (+ invariants of both ends)
+        loc = relative_log_at_cut(self.group, g, edge_index)
+        if self.invariant_dim > 0:
+            loc = torch.cat([loc, invariants[edge_index[1]], invariants[edge_index[0]]], dim=-1)
+        loc = loc.to(x.dtype)
+
+        if self.content == "dot_product":
+            cq, ck = q, k
+        else:
+            cq = self.lcl_q(q.reshape(N, H * D))
+            ck = self.lcl_k(k.reshape(N, H * D))
+        out = self.propagate(edge_index, cq=cq, ck=ck, v=v, loc=loc, size=(N, N))
+        out = self.lin_out(out.reshape(N, H * D))
+        if return_attention_weights:
+            return out, (edge_index, self._alpha)
+        self._alpha = None
+        return out
+
+    def message(self, cq_i: Tensor, ck_j: Tensor, v_j: Tensor, loc: Tensor, index: Tensor,
+                ptr: Optional[Tensor], size_i: Optional[int]) -> Tensor:
+        if self.content == "dot_product":
+            kc = (cq_i * ck_j).sum(-1) / math.sqrt(self.head_dim)  # (E, H)
+        else:
+            kc = cq_i + ck_j  # (E, content_dim)
+        kl = self.loc_mlp(loc) if self.loc_mlp is not None else loc  # (E, location_dim)
+        if self.combine == "additive":
+            score = kc + kl
+        elif self.combine == "multiplicative":
+            score = kc * kl
+        else:
+            score = self.combine_mlp(torch.cat([kc, kl], dim=-1))
+        norm = "softmax" if self.normalization == "softmax" else "mean"
+        w = edge_attention(score, index, size_i, normalization=norm, ptr=ptr)  # (E, H)
+        self._alpha = w
+        if self.training and self.dropout > 0:
+            w = torch.nn.functional.dropout(w, p=self.dropout, training=True)
+        return w.unsqueeze(-1) * v_j
+
+    # ------------------------------------------------------------------ checks
+    def _check(self, x: Tensor, edge_index: Tensor, g: Tensor, invariants: Optional[Tensor]) -> None:
+        m = self.group.matrix_size
+        if x.dim() != 2 or x.size(1) != self.in_channels:
+            raise ValueError(f"x must have shape (N, {self.in_channels}), got {tuple(x.shape)}")
+        if g.dim() != 3 or g.shape[1:] != (m, m) or g.size(0) != x.size(0):
+            raise ValueError(f"g must hold one {self.group.name} element per node, shape "
+                             f"({x.size(0)}, {m}, {m}), got {tuple(g.shape)}")
+        if edge_index.dim() != 2 or edge_index.size(0) != 2:
+            raise ValueError(f"edge_index must have shape (2, E), got {tuple(edge_index.shape)}")
+        if self.invariant_dim > 0:
+            if invariants is None or invariants.shape != (x.size(0), self.invariant_dim):
+                raise ValueError(f"invariants must have shape ({x.size(0)}, {self.invariant_dim}) "
+                                 f"(invariant_dim={self.invariant_dim}), got "
+                                 f"{None if invariants is None else tuple(invariants.shape)}")
+        elif invariants is not None:
+            raise ValueError("invariants given but invariant_dim=0; construct the layer with "
+                             "invariant_dim=invariants.size(1)")
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
+                f"group={self.group.name}, heads={self.heads}, content={self.content!r}, "
+                f"location={self.location!r}, combine={self.combine!r}, "
+                f"normalization={self.normalization!r})")

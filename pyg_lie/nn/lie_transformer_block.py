@@ -1,0 +1,70 @@
+r"""A LieTransformer residual block (Hutchinson et al., 2021, Fig. 1).
+
+.. math::
+
+    f \leftarrow f + \mathrm{LieSelfAttention}(\mathrm{LN}(f), g),\qquad
+    f \leftarrow f + \mathrm{MLP}(\mathrm{LN}(f))
+
+(pre-LayerNorm). LayerNorm and the pointwise MLP act on every lifted node on
+its own, so they are equivariant for the regular representation; the block is
+therefore equivariant whenever the attention is. A node without neighbours
+keeps its residual value (the attention contributes exactly zero).
+"""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+from torch import Tensor
+from torch.nn import Dropout, LayerNorm, Linear, Module, Sequential, SiLU
+
+from ..groups import LieGroup
+from .lie_self_attention import LieSelfAttention
+
+__all__ = ["LieTransformerBlock"]
+
+
+class LieTransformerBlock(Module):
+    """Pre-LayerNorm residual LieSelfAttention + pointwise MLP.
+
+    Args:
+        channels: feature size ``C`` (input = output).
+        group: the Lie group or its name.
+        heads: attention heads.
+        mlp_ratio: hidden width of the pointwise MLP is ``mlp_ratio * C``.
+        dropout: dropout after attention and MLP (training only).
+        **attention_kwargs: passed to :class:`LieSelfAttention` (``content``,
+            ``location``, ``combine``, ``normalization``, ``kernel_dim``, ...).
+
+    Shapes:
+        ``x (N, C)``, ``edge_index (2, E)``, ``g (N, m, m)``,
+        ``invariants (N, k)`` or ``None`` -> ``(N, C)``.
+    """
+
+    def __init__(self, channels: int, group: Union[str, LieGroup] = "SE2", heads: int = 4,
+                 mlp_ratio: float = 2.0, dropout: float = 0.0, **attention_kwargs):
+        super().__init__()
+        self.channels = channels
+        self.norm1 = LayerNorm(channels)
+        self.attn = LieSelfAttention(channels, channels, group, heads, **attention_kwargs)
+        self.norm2 = LayerNorm(channels)
+        hidden = max(1, int(round(mlp_ratio * channels)))
+        self.mlp = Sequential(Linear(channels, hidden), SiLU(), Linear(hidden, channels))
+        self.drop = Dropout(dropout)
+
+    def reset_parameters(self) -> None:
+        self.norm1.reset_parameters()
+        self.norm2.reset_parameters()
+        self.attn.reset_parameters()
+        for mod in self.mlp:
+            if isinstance(mod, Linear):
+                mod.reset_parameters()
+
+    def forward(self, x: Tensor, edge_index: Tensor, g: Tensor,
+                invariants: Optional[Tensor] = None) -> Tensor:
+        x = x + self.drop(self.attn(self.norm1(x), edge_index, g, invariants))
+        return x + self.drop(self.mlp(self.norm2(x)))
+
+    def __repr__(self) -> str:
+        a = self.attn
+        return (f"{self.__class__.__name__}({self.channels}, group={a.group.name}, heads={a.heads}, "
+                f"normalization={a.normalization!r})")

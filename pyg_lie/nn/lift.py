@@ -1,0 +1,230 @@
+r"""Lifting a point cloud on a homogeneous space to a set of group elements.
+
+The LieTransformer (Hutchinson et al., 2021, Sec. 3.1) maps every input pair
+``(x_i, f_i)`` to the pairs ``{(g, f_i) : g in s(x_i) \hat H}`` where ``s`` is
+a section (``s(x) . o = x`` for the origin ``o``) and ``\hat H`` a finite
+subset of the stabiliser ``H`` of ``o``. Since ``s(u x) H = u s(x) H`` the
+lifted *set* moves with the input: lifting is equivariant.
+
+Two choices of ``\hat H``:
+
+* ``"haar"``: ``K`` independent Haar samples of ``H`` per point (a Monte-Carlo
+  estimate of the integral over ``H``; equivariance holds in expectation).
+  Resampled at every forward pass in training mode; in evaluation mode drawn
+  from a generator seeded with ``seed`` so repeated calls agree.
+* ``"finite"``: a finite subgroup of ``H`` (``C_K`` rotations for SE(2) and
+  SO(3), a rotation group ``T``/``O``/``I`` or ``C_K`` for SE(3)). The lifted
+  set is then exactly ``u``-translated for every ``u`` whose rotation part lies
+  in the subgroup, which makes an invariant model *exactly* invariant to
+  ``T(n) x| C_K`` (SE(2)) and the corresponding groups in 3D.
+
+Layout: lifted node ``i * K + a`` is lift ``a`` of point ``i``.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Optional, Union
+
+import torch
+from torch import Tensor
+
+from ..groups import LieGroup, get_group
+from ..groups.base import rot2
+
+__all__ = ["Lift", "LiftedPoints", "finite_subgroup", "check_point_cloud"]
+
+
+class LiftedPoints(NamedTuple):
+    """Output of :class:`Lift` (``M = N * K`` lifted nodes).
+
+    Attributes:
+        x: ``(M, C)`` lifted features (``f_i`` repeated ``K`` times).
+        g: ``(M, m, m)`` group elements.
+        index: ``(M,)`` index of the original point of every lifted node.
+        batch: ``(M,)`` graph of every lifted node.
+    """
+
+    x: Tensor
+    g: Tensor
+    index: Tensor
+    batch: Tensor
+
+
+def _is_compiling() -> bool:
+    try:
+        return torch.compiler.is_compiling()
+    except AttributeError:  # pragma: no cover
+        return False
+
+
+def check_point_cloud(group: LieGroup, x: Optional[Tensor], pos: Tensor,
+                      batch: Optional[Tensor]) -> None:
+    """Validate ``x (N, C)``, ``pos (N, n)`` and ``batch (N,)`` for ``group``.
+
+    Raises:
+        ValueError: wrong shapes, lengths that disagree, a dimension ``n`` the
+            group does not act on, or non-finite positions.
+    """
+    if not isinstance(pos, Tensor) or pos.dim() != 2:
+        raise ValueError(f"pos must be a tensor of shape (N, {group.space_dim}), got "
+                         f"{tuple(pos.shape) if isinstance(pos, Tensor) else type(pos).__name__}")
+    if pos.size(1) != group.space_dim:
+        raise ValueError(
+            f"pos has {pos.size(1)} coordinates per point but {group.name} acts on R^{group.space_dim}; "
+            f"pick a group for dimension {pos.size(1)} (e.g. 'T{pos.size(1)}'"
+            f"{', SE2, SO2' if pos.size(1) == 2 else ', SE3, SO3' if pos.size(1) == 3 else ''})")
+    if not pos.is_floating_point():
+        raise ValueError(f"pos must be a floating-point tensor, got {pos.dtype}; use pos.float()")
+    if x is not None:
+        if not isinstance(x, Tensor) or x.dim() != 2:
+            raise ValueError(f"x must be a tensor of shape (N, C), got "
+                             f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}; "
+                             f"use x.view(-1, 1) for one feature per point")
+        if x.size(0) != pos.size(0):
+            raise ValueError(f"x and pos must describe the same points: x has {x.size(0)} rows, "
+                             f"pos has {pos.size(0)}")
+    if batch is not None:
+        if not isinstance(batch, Tensor) or batch.dim() != 1 or batch.numel() != pos.size(0):
+            raise ValueError(f"batch must be a 1-D tensor of length pos.size(0) = {pos.size(0)}, got "
+                             f"{tuple(batch.shape) if isinstance(batch, Tensor) else type(batch).__name__}")
+        if batch.is_floating_point() or batch.dtype == torch.bool:
+            raise ValueError(f"batch must hold integer graph ids, got {batch.dtype}; use batch.long()")
+    if not _is_compiling() and not bool(torch.isfinite(pos).all()):
+        raise ValueError("pos contains non-finite entries (NaN or inf); remove or fix those points")
+
+
+def finite_subgroup(group: LieGroup, k: int, dtype: torch.dtype = torch.float64,
+                    device=None) -> Tensor:
+    """Elements of a finite subgroup of the stabiliser ``H`` with ``k`` elements.
+
+    In the convention of ``group.stabilizer_embed``: ``(k, 2, 2)`` rotations
+    ``C_k`` when ``H = SO(2)`` (SE(2), SO(3)); for SE(3) (``H = SO(3)``)
+    ``k = 12, 24, 60`` gives the tetrahedral, octahedral and icosahedral
+    rotation groups ``(k, 3, 3)`` and any other ``k`` the cyclic group ``C_k``
+    about ``e_z``.
+
+    Raises:
+        ValueError: for groups with a trivial stabiliser (T(n), SO(2)).
+    """
+    if group.stabilizer_dim == 0:
+        raise ValueError(
+            f"{group.name} has a trivial stabiliser, so every point has exactly one lift and a "
+            f"finite-subgroup lift is not defined; use lift='haar' with lift_samples=1 "
+            f"(the model is then exactly {group.name}-invariant)")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"the number of finite-subgroup lifts must be a positive int, got {k!r}")
+    angles = 2 * math.pi * torch.arange(k, dtype=torch.float64) / k
+    cyclic = rot2(angles)
+    if group.stabilizer_dim == 1:
+        return cyclic.to(dtype=dtype, device=device)
+    if group.stabilizer_dim == 3:
+        named = {12: "Tetrahedral", 24: "Octahedral", 60: "Icosahedral"}
+        if k in named:
+            try:
+                from ..groups import finite
+                elems = getattr(finite, named[k])().elements()
+                return elems.to(dtype=dtype, device=device)
+            except (ImportError, AttributeError) as err:  # pragma: no cover - while finite.py lands
+                raise ValueError(f"pyg_lie.groups.finite.{named[k]} is not available ({err})") from err
+        out = torch.zeros(k, 3, 3, dtype=torch.float64)
+        out[:, :2, :2] = cyclic
+        out[:, 2, 2] = 1.0
+        return out.to(dtype=dtype, device=device)
+    raise ValueError(f"no finite subgroup known for the stabiliser of {group.name}; pass subgroup=...")
+
+
+class Lift(torch.nn.Module):
+    r"""Lift ``(x, pos, batch)`` to lifted nodes ``(x_l, g, index, batch_l)``.
+
+    For every point ``x_i`` the ``K`` group elements ``s(x_i) h_a``,
+    ``h_a in \hat H``, are returned (``K = num_samples``; see the module
+    docstring for ``mode="haar"`` and ``mode="finite"``).
+
+    Args:
+        group: a :class:`~pyg_lie.groups.LieGroup` or its name (``"SE2"``).
+        num_samples: ``K``, lifts per point. Must be 1 for groups with a
+            trivial stabiliser (T(n), SO(2)).
+        mode: ``"haar"`` or ``"finite"``.
+        subgroup: optional explicit finite subgroup (``mode="finite"``), in
+            the convention of ``group.stabilizer_embed``; its length then
+            overrides ``num_samples``.
+        seed: seed of the evaluation-mode generator (``mode="haar"``).
+
+    Shapes:
+        input ``x (N, C)`` (or ``None``), ``pos (N, n)``, ``batch (N,)``;
+        output :class:`LiftedPoints` with ``M = N K`` rows.
+    """
+
+    def __init__(self, group: Union[str, LieGroup], num_samples: int = 1, mode: str = "haar",
+                 subgroup: Optional[Tensor] = None, seed: int = 0):
+        super().__init__()
+        self.group = get_group(group)
+        if mode not in ("haar", "finite"):
+            raise ValueError(f"mode must be 'haar' or 'finite', got {mode!r}")
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+            raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+        if self.group.stabilizer_dim == 0 and (num_samples != 1 or mode == "finite"):
+            raise ValueError(
+                f"{self.group.name} has a trivial stabiliser: each point has exactly one lift, so use "
+                f"num_samples=1 and mode='haar' (got num_samples={num_samples}, mode={mode!r}); "
+                f"the model is then exactly {self.group.name}-invariant")
+        self.mode = mode
+        self.seed = int(seed)
+        if mode == "finite":
+            sub = subgroup if subgroup is not None else finite_subgroup(self.group, num_samples)
+            sub = torch.as_tensor(sub, dtype=torch.float64)
+            num_samples = sub.size(0)
+            # validate once (raises for a wrong convention)
+            self.group.stabilizer_embed(sub)
+            self.register_buffer("subgroup", sub, persistent=False)
+        else:
+            if subgroup is not None:
+                raise ValueError("subgroup is only used with mode='finite'")
+            self.subgroup = None
+        self.num_samples = num_samples
+
+    def stabilizer_samples(self, num_points: int, dtype: torch.dtype, device) -> Tensor:
+        """``(N, K, m, m)`` stabiliser elements used for the next lift."""
+        if self.mode == "finite":
+            h = self.group.stabilizer_embed(self.subgroup.to(dtype=dtype, device=device))
+            return h.unsqueeze(0).expand(num_points, -1, -1, -1)
+        gen = None
+        if not self.training:
+            gen = torch.Generator().manual_seed(self.seed)
+        return self.group.stabilizer_random(num_points, self.num_samples, generator=gen,
+                                            dtype=dtype, device=device)
+
+    def forward(self, x: Optional[Tensor], pos: Tensor, batch: Optional[Tensor] = None,
+                stabilizer: Optional[Tensor] = None) -> LiftedPoints:
+        """Lift the cloud.
+
+        Args:
+            x: ``(N, C)`` point features or ``None`` (then ``(N, 0)``).
+            pos: ``(N, n)`` positions.
+            batch: ``(N,)`` graph ids (``None``: one graph).
+            stabilizer: optional fixed ``(N, K, m, m)`` stabiliser elements
+                ``h`` (overrides the sampling; used for exact equivariance
+                checks of Haar lifts).
+        """
+        group = self.group
+        check_point_cloud(group, x, pos, batch)
+        N, K = pos.size(0), self.num_samples
+        if batch is None:
+            batch = torch.zeros(N, dtype=torch.long, device=pos.device)
+        if x is None:
+            x = pos.new_zeros(N, 0)
+        s = group.section(pos)  # (N, m, m)
+        if stabilizer is None:
+            h = self.stabilizer_samples(N, pos.dtype, pos.device)
+        else:
+            m = group.matrix_size
+            if stabilizer.shape != (N, K, m, m):
+                raise ValueError(f"stabilizer must have shape (N, K, m, m) = {(N, K, m, m)}, "
+                                 f"got {tuple(stabilizer.shape)}")
+            h = stabilizer.to(dtype=pos.dtype, device=pos.device)
+        g = (s.unsqueeze(1) @ h).reshape(N * K, group.matrix_size, group.matrix_size)
+        index = torch.arange(N, device=pos.device).repeat_interleave(K)
+        return LiftedPoints(x.repeat_interleave(K, dim=0), g, index, batch.long().repeat_interleave(K))
+
+    def extra_repr(self) -> str:
+        return f"{self.group.name}, num_samples={self.num_samples}, mode={self.mode!r}"

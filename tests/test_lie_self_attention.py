@@ -1,0 +1,189 @@
+"""LieSelfAttention: equivariance in float64 for every group, PyG integration, numerics."""
+import pytest
+import torch
+from torch_geometric.nn import Sequential
+
+from pyg_lie.benchmarks.lie_self_attention import dense_lie_self_attention
+from pyg_lie.groups import GROUPS, get_group
+from pyg_lie.nn.lie_self_attention import LieSelfAttention
+from pyg_lie.nn.lie_transformer_block import LieTransformerBlock
+from pyg_lie.nn.lift import Lift
+from pyg_lie.nn.lifted_edges import lifted_edges
+from pyg_lie.models.lie_transformer import _orbit_dim
+
+GROUP_NAMES = [n for n in ("T2", "T3", "SO2", "SE2", "SO3", "SE3") if n in GROUPS]
+OPTIONS = [
+    dict(content="dot_product", combine="additive", normalization="softmax"),
+    dict(content="linear_concat_linear", combine="mlp", normalization="constant"),
+    dict(content="dot_product", combine="multiplicative", normalization="constant", location="mlp"),
+    dict(content="linear_concat_linear", location="identity", combine="mlp", normalization="softmax"),
+]
+
+
+def cloud(group, n=14, dtype=torch.float64, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    pos = torch.randn(n, group.space_dim, generator=gen, dtype=dtype)
+    if group.name in ("SO2", "SO3"):
+        pos = pos + 0.1 * pos.sign()  # stay away from the origin
+    return pos
+
+
+def setup(name, opts, K=None, dtype=torch.float64):
+    G = get_group(name)
+    K = K or (1 if G.stabilizer_dim == 0 else 3)
+    kdim = _orbit_dim(G)
+    layer = LieSelfAttention(8, 8, G, heads=2, kernel_dim=8, invariant_dim=kdim, **opts).to(dtype)
+    pos = cloud(G, dtype=dtype)
+    x = torch.randn(pos.size(0), 8, dtype=dtype)
+    lifted = Lift(G, K).eval()(x, pos)
+    ei = lifted_edges(pos, None, K, radius=1.5)
+    inv = G.orbit_invariants(pos)
+    inv = None if inv is None else inv[lifted.index]
+    return G, layer, pos, lifted, ei, inv
+
+
+@pytest.mark.parametrize("name", GROUP_NAMES)
+@pytest.mark.parametrize("opt", range(len(OPTIONS)))
+def test_equivariance_float64(name, opt):
+    """Output on lifted nodes u g equals output on g (same features), edges from u . pos."""
+    G, layer, pos, lifted, ei, inv = setup(name, OPTIONS[opt])
+    out = layer(lifted.x, ei, lifted.g, inv)
+    for s in range(2):
+        u = G.random(generator=torch.Generator().manual_seed(10 + s), dtype=torch.float64)
+        pos2 = G.act(u, pos)
+        ei2 = lifted_edges(pos2, None, lifted.g.size(0) // pos.size(0), radius=1.5)
+        assert torch.equal(ei, ei2)  # base radius graph is exactly invariant
+        inv2 = G.orbit_invariants(pos2)
+        inv2 = None if inv2 is None else inv2[lifted.index]
+        out2 = layer(lifted.x, ei2, u @ lifted.g, inv2)
+        assert torch.allclose(out, out2, atol=1e-10, rtol=0), (out - out2).abs().max()
+    # the check can fail: a non-equivariant perturbation (absolute g) is caught
+    g_bad = lifted.g.clone()
+    busiest = torch.bincount(ei[1]).argmax()
+    g_bad[busiest] = G.random(generator=torch.Generator().manual_seed(99), dtype=torch.float64) @ g_bad[busiest]
+    assert not torch.allclose(layer(lifted.x, ei, g_bad, inv), out, atol=1e-6)
+
+
+@pytest.mark.parametrize("opt", [0, 2])
+def test_matches_dense_formulation(opt):
+    G, layer, pos, lifted, ei, inv = setup("SE2", OPTIONS[opt])
+    out, (ei_out, w) = layer(lifted.x, ei, lifted.g, return_attention_weights=True)
+    assert w.shape == (ei.size(1), 2) and torch.equal(ei_out, ei)
+    M = lifted.x.size(0)
+    adj = torch.zeros(M, M, dtype=torch.bool)
+    adj[ei[1], ei[0]] = True
+    dense = dense_lie_self_attention(layer, lifted.x[None], lifted.g[None], adj[None])[0]
+    assert torch.allclose(out, dense, atol=1e-10)
+    if layer.normalization == "softmax":
+        s = torch.zeros(M, 2, dtype=w.dtype).index_add_(0, ei[1], w)
+        assert torch.allclose(s, torch.ones_like(s))
+
+
+def test_empty_neighbourhood_and_residual():
+    G, layer, pos, lifted, ei, inv = setup("SE2", OPTIONS[0])
+    keep = ei[1] != 0  # lifted node 0 receives nothing
+    out = layer(lifted.x, ei[:, keep], lifted.g)
+    assert torch.isfinite(out).all() and torch.equal(out[0], torch.zeros(8, dtype=out.dtype))
+    block = LieTransformerBlock(8, G, heads=2, kernel_dim=8).double()
+    y = block(lifted.x, ei[:, keep], lifted.g)
+    expect = lifted.x[0] + block.mlp(block.norm2(lifted.x[0]))
+    assert torch.allclose(y[0], expect)
+    # no edges at all, constant normalisation too
+    layer_c = LieSelfAttention(8, 8, G, heads=2, normalization="constant").double()
+    out = layer_c(lifted.x, ei[:, :0], lifted.g)
+    assert torch.equal(out, torch.zeros_like(out))
+
+
+def test_coincident_points_gradients_and_double_backward():
+    G = get_group("SE2")
+    layer = LieSelfAttention(4, 4, G, heads=2).double()
+    pos = torch.tensor([[0.0, 0.0], [0.0, 0.0], [0.3, 0.1], [0.3, 0.1]], dtype=torch.float64,
+                       requires_grad=True)
+    lift = Lift(G, 2).eval()
+    x = torch.randn(4, 4, dtype=torch.float64)
+    h = G.stabilizer_random(4, 2, dtype=torch.float64)
+    h[1] = h[0]  # identical lifts of coincident points: log at the identity off the diagonal too
+    lifted = lift(x, pos, stabilizer=h)
+    ei = lifted_edges(pos.detach(), None, 2, radius=1.0)
+    out = layer(lifted.x, ei, lifted.g)
+    (gp,) = torch.autograd.grad(out.pow(2).sum(), pos, create_graph=True)
+    assert torch.isfinite(gp).all()
+    gp.pow(2).sum().backward()  # double backward into the parameters
+    for p in layer.parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all()
+
+
+def test_float32_and_repr_and_state_dict():
+    G, layer, pos, lifted, ei, inv = setup("SE2", OPTIONS[0], dtype=torch.float32)
+    out = layer(lifted.x, ei, lifted.g)
+    assert out.dtype == torch.float32 and torch.isfinite(out).all()
+    assert repr(layer).startswith("LieSelfAttention(8, 8, group=SE2, heads=2")
+    other = LieSelfAttention(8, 8, "SE2", heads=2, kernel_dim=8)
+    other.load_state_dict(layer.state_dict())
+    assert torch.equal(other(lifted.x, ei, lifted.g), out)
+    other.reset_parameters()
+    assert not torch.equal(other(lifted.x, ei, lifted.g), out)
+
+
+def test_pyg_sequential():
+    G, layer, pos, lifted, ei, inv = setup("SE2", OPTIONS[0], dtype=torch.float32)
+    model = Sequential("x, edge_index, g", [
+        (LieSelfAttention(8, 16, "SE2", heads=4), "x, edge_index, g -> x"),
+        torch.nn.SiLU(),
+        (LieSelfAttention(16, 8, "SE2", heads=2), "x, edge_index, g -> x"),
+    ])
+    assert model(lifted.x, ei, lifted.g).shape == (lifted.x.size(0), 8)
+
+
+@pytest.mark.parametrize("bad", ["heads", "content", "identity_additive", "g_shape", "invariants"])
+def test_bad_arguments(bad):
+    G, layer, pos, lifted, ei, inv = setup("SO2", OPTIONS[0], dtype=torch.float32)
+    with pytest.raises(ValueError):
+        if bad == "heads":
+            LieSelfAttention(8, 10, "SE2", heads=4)
+        elif bad == "content":
+            LieSelfAttention(8, 8, "SE2", content="cosine")
+        elif bad == "identity_additive":
+            LieSelfAttention(8, 8, "SE2", location="identity", combine="additive")
+        elif bad == "g_shape":
+            layer(lifted.x, ei, lifted.g[:-1], inv)
+        else:
+            layer(lifted.x, ei, lifted.g, None)
+
+
+def test_torch_compile_block_fullgraph():
+    """A block compiles without graph breaks (fullgraph=True raises on any break)."""
+    G = get_group("SE2")
+    block = LieTransformerBlock(8, G, heads=2, kernel_dim=8)
+    pos = torch.randn(10, 2)
+    lifted = Lift(G, 2).eval()(torch.randn(10, 8), pos)
+    ei = lifted_edges(pos, None, 2, radius=1.5)
+    ref = block(lifted.x, ei, lifted.g)
+    compiled = torch.compile(block, fullgraph=True, backend="eager")
+    out = compiled(lifted.x, ei, lifted.g)
+    assert torch.allclose(out, ref, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", [n for n in ("SO2", "SE2", "SO3") if n in GROUPS])
+def test_relative_log_at_cut_is_exact_and_one_sided(name):
+    from pyg_lie.nn.lie_self_attention import relative_log_at_cut
+    G = get_group(name)
+    rot = G.blocks["rotation"]
+    xi = torch.zeros(3, G.dim, dtype=torch.float64)
+    axis = torch.tensor([1.0] if rot.stop - rot.start == 1 else [-0.6, 0.0, 0.8], dtype=torch.float64)
+    xi[0, rot] = 2 ** 0.5 * (torch.pi - 1e-12) * axis
+    xi[2, rot] = 2 ** 0.5 * 2.0 * axis
+    if G.dim > rot.stop - rot.start:
+        xi[:, : rot.start] = torch.tensor([0.3, -0.7, 0.2][: rot.start], dtype=torch.float64)
+    g = G.exp(xi)
+    step = torch.zeros(1, G.dim, dtype=torch.float64)
+    step[0, rot] = 2 ** 0.5 * 2e-12 * axis
+    g[1] = g[0] @ G.exp(step)[0]  # just across the cut: principal log flips sign
+    assert (G.log(g[1:2]) - G.log(g[0:1])).abs().max() > 1.0
+    ident = G.identity(3, dtype=torch.float64)
+    gg = torch.cat([ident, g])  # edge j = 3 + r -> i = r: log(I^-1 g_r)
+    ei = torch.stack([torch.arange(3) + 3, torch.arange(3)])
+    out = relative_log_at_cut(G, gg, ei)
+    assert torch.allclose(G.exp(out), g, atol=1e-9)  # same elements
+    assert torch.allclose(out[0], out[1], atol=1e-9)  # both sides of the cut agree
+    assert torch.allclose(out[2:], G.log(g[2:]))  # away from the cut: the principal log

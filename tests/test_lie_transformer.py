@@ -1,0 +1,146 @@
+"""LieTransformer model: invariance (exact with fixed stabiliser samples / finite lifts), batching."""
+import math
+
+import pytest
+import torch
+
+from pyg_lie.groups import GROUPS, get_group
+from pyg_lie.groups.base import homogeneous, rot2
+from pyg_lie.models.lie_transformer import LieTransformer
+
+GROUP_NAMES = [n for n in ("T2", "T3", "SO2", "SE2", "SO3", "SE3") if n in GROUPS]
+
+
+def cloud(group, n=12, dtype=torch.float64, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    pos = torch.randn(n, group.space_dim, generator=gen, dtype=dtype)
+    if group.name in ("SO2", "SO3"):
+        pos = pos + 0.1 * pos.sign()
+    return pos
+
+
+def model_for(name, K=None, lift="haar", dtype=torch.float64, **kw):
+    G = get_group(name)
+    K = K or (1 if G.stabilizer_dim == 0 else 2)
+    kw.setdefault("radius", 1.6)
+    return LieTransformer(G, 2, 16, 3, num_layers=2, heads=2, lift_samples=K, lift=lift,
+                          kernel_dim=8, **kw).to(dtype).eval()
+
+
+def matched_stabilizer(G, u, pos, pos2, h):
+    """h' with s(u x) h' = u s(x) h: the lift of the transformed cloud is u times the old one."""
+    s, s2 = G.section(pos), G.section(pos2)
+    return (G.inv(s2) @ (u @ s)).unsqueeze(1) @ h
+
+
+@pytest.mark.parametrize("name", GROUP_NAMES)
+def test_model_invariance_float64(name):
+    G = get_group(name)
+    model = model_for(name)
+    K = model.lift_samples
+    pos = cloud(G)
+    x = torch.randn(pos.size(0), 2, dtype=torch.float64)
+    h = G.stabilizer_random(pos.size(0), K, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    y = model(x, pos, stabilizer=h)
+    for s in range(2):
+        u = G.random(generator=torch.Generator().manual_seed(20 + s), dtype=torch.float64)
+        pos2 = G.act(u, pos)
+        y2 = model(x, pos2, stabilizer=matched_stabilizer(G, u, pos, pos2, h))
+        assert torch.allclose(y, y2, atol=1e-10, rtol=0), (y - y2).abs().max()
+    if G.stabilizer_dim > 0:
+        # with fresh (unmatched) samples the output does change: the check can fail
+        y3 = model(x, pos2, stabilizer=h)
+        assert not torch.allclose(y, y3, atol=1e-8)
+
+
+@pytest.mark.parametrize("k", [2, 4, 6])
+def test_finite_lift_exact_invariance_float32(k):
+    G = get_group("SE2")
+    torch.manual_seed(k)
+    model = model_for("SE2", K=k, lift="finite", dtype=torch.float32, radius=None)
+    pos = cloud(G, n=16, dtype=torch.float32) * 3
+    x = torch.randn(pos.size(0), 2)
+    batch = torch.tensor([0] * 9 + [1] * 7)
+    y = model(x, pos, batch)
+    worst = 0.0
+    with torch.no_grad():
+        for m in range(1, k):
+            u = homogeneous(rot2(torch.tensor(2 * math.pi * m / k)), 10 * torch.randn(2))
+            worst = max(worst, float((model(x, G.act(u, pos), batch) - y).abs().max()))
+        assert worst <= 1e-5 * max(1.0, float(y.abs().max())), worst
+        # a rotation outside C_k is not an exact symmetry: the check can fail
+        u = homogeneous(rot2(torch.tensor(math.pi / k)), torch.zeros(2))
+        assert float((model(x, G.act(u, pos), batch) - y).abs().max()) > max(10 * worst, 1e-6)
+
+
+@pytest.mark.parametrize("name,lift,K", [("T2", "haar", 1), ("SE2", "finite", 3)])
+def test_permutation_and_batching(name, lift, K):
+    G = get_group(name)
+    model = model_for(name, K=K, lift=lift)
+    sizes = [5, 9, 7]
+    pos = torch.cat([cloud(G, n, seed=i) for i, n in enumerate(sizes)])
+    x = torch.randn(pos.size(0), 2, dtype=torch.float64)
+    batch = torch.cat([torch.full((n,), i) for i, n in enumerate(sizes)])
+    y = model(x, pos, batch)
+    assert y.shape == (3, 3)
+    start = 0
+    for i, n in enumerate(sizes):
+        yi = model(x[start:start + n], pos[start:start + n])
+        assert torch.allclose(y[i], yi[0], atol=1e-12)
+        perm = torch.randperm(n) + start
+        yp = model(x[perm], pos[perm])
+        assert torch.allclose(yp[0], yi[0], atol=1e-12)
+        start += n
+
+
+def test_model_gradients_coincident_and_double_backward():
+    model = model_for("SE2", K=2, lift="finite", normalization="constant")
+    pos = torch.tensor([[0.0, 0.0], [0.0, 0.0], [0.5, 0.2], [1e-9, 0.0]], dtype=torch.float64,
+                       requires_grad=True)
+    x = torch.ones(4, 2, dtype=torch.float64)
+    H = model(x, pos).sum()
+    (dq,) = torch.autograd.grad(H, pos, create_graph=True)
+    assert torch.isfinite(dq).all()
+    dq.pow(2).sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_model_state_dict_roundtrip_and_train_mode():
+    model = model_for("SE2", K=3)
+    pos = cloud(get_group("SE2"))
+    x = torch.randn(pos.size(0), 2, dtype=torch.float64)
+    y = model(x, pos)
+    assert torch.equal(model(x, pos), y)  # eval: reproducible lift
+    other = model_for("SE2", K=3)
+    other.load_state_dict(model.state_dict())
+    assert torch.equal(other(x, pos), y)
+    model.train()
+    assert not torch.equal(model(x, pos), model(x, pos))  # resampled lifts
+    assert "LieTransformer(SE2, 2, 16, 3" in repr(model)
+
+
+@pytest.mark.parametrize("bad", ["dim", "len", "nan", "t2_lifts", "channels"])
+def test_model_bad_input(bad):
+    with pytest.raises(ValueError):
+        if bad == "t2_lifts":
+            model_for("T2", K=4)
+            return
+        model = model_for("SE2")
+        pos, x = torch.randn(5, 2, dtype=torch.float64), torch.randn(5, 2, dtype=torch.float64)
+        if bad == "dim":
+            model(x, torch.randn(5, 3, dtype=torch.float64))
+        elif bad == "len":
+            model(x[:4], pos)
+        elif bad == "nan":
+            pos[2, 1] = float("inf")
+            model(x, pos)
+        else:
+            model(torch.randn(5, 3, dtype=torch.float64), pos)
+
+
+def test_subsampling_and_threshold_options_run():
+    model = model_for("SE2", K=4, max_num_neighbors=6, log_threshold=2.0,
+                      distance_weights={"rotation": 0.25})
+    pos = cloud(get_group("SE2"), n=20)
+    y = model(torch.ones(20, 2, dtype=torch.float64), pos)
+    assert torch.isfinite(y).all() and torch.equal(y, model(torch.ones(20, 2, dtype=torch.float64), pos))

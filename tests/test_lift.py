@@ -1,0 +1,137 @@
+"""Lift and lifted-edge construction."""
+import math
+
+import pytest
+import torch
+
+from pyg_lie.groups import get_group
+from pyg_lie.groups.base import homogeneous, rot2
+from pyg_lie.nn.lift import Lift, finite_subgroup
+from pyg_lie.nn.lifted_edges import expand_edges, full_graph, lifted_edges, subsample_edges
+
+
+def brute_radius(pos, r, batch, loop=True):
+    d = torch.cdist(pos.double(), pos.double())
+    adj = (d <= r) & (batch[:, None] == batch[None, :])
+    if not loop:
+        adj.fill_diagonal_(False)
+    dst, src = adj.nonzero(as_tuple=True)
+    return torch.stack([src, dst])
+
+
+def test_lift_shapes_and_section():
+    G = get_group("SE2")
+    pos = torch.randn(7, 2, dtype=torch.float64)
+    x = torch.randn(7, 3, dtype=torch.float64)
+    batch = torch.tensor([0, 0, 0, 1, 1, 2, 2])
+    out = Lift(G, 4).eval()(x, pos, batch)
+    assert out.x.shape == (28, 3) and out.g.shape == (28, 3, 3)
+    assert torch.equal(out.index, torch.arange(7).repeat_interleave(4))
+    assert torch.equal(out.batch, batch.repeat_interleave(4))
+    # every lift maps the origin to its point
+    o = G.origin(dtype=torch.float64)
+    assert torch.allclose(G.act(out.g, o.expand(28, 2)), pos[out.index], atol=1e-12)
+
+
+def test_haar_resampled_in_training_reproducible_in_eval():
+    lift = Lift("SE2", 3, seed=5)
+    pos = torch.randn(6, 2)
+    a, b = lift(None, pos).g, lift(None, pos).g
+    assert not torch.allclose(a, b)
+    lift.eval()
+    a, b = lift(None, pos).g, lift(None, pos).g
+    assert torch.equal(a, b)
+
+
+def test_finite_lift_is_group():
+    G = get_group("SE2")
+    lift = Lift(G, 6, mode="finite")
+    out = lift(None, torch.zeros(1, 2, dtype=torch.float64))
+    ang = 2 * math.pi * torch.arange(6, dtype=torch.float64) / 6
+    assert torch.allclose(out.g[:, :2, :2], rot2(ang), atol=1e-12)
+    assert torch.allclose(out.g[:, :2, 2], torch.zeros(6, 2, dtype=torch.float64))
+
+
+def test_finite_lift_set_is_translated_exactly():
+    """s(u x) C_k = u s(x) C_k for u with rotation in C_k (as sets)."""
+    G = get_group("SE2")
+    lift = Lift(G, 4, mode="finite")
+    pos = torch.randn(5, 2, dtype=torch.float64)
+    u = homogeneous(rot2(torch.tensor(math.pi / 2, dtype=torch.float64)), torch.randn(2, dtype=torch.float64))
+    g1 = (u @ lift(None, pos).g).view(5, 4, 9)
+    g2 = lift(None, G.act(u, pos)).g.view(5, 4, 9)
+    for i in range(5):
+        d = torch.cdist(g1[i], g2[i])
+        assert (d.min(1).values < 1e-12).all()
+
+
+@pytest.mark.parametrize("bad", ["nan", "len_x", "len_batch", "dim", "tn_samples", "so2_finite"])
+def test_bad_input(bad):
+    pos = torch.randn(4, 2)
+    x = torch.ones(4, 1)
+    with pytest.raises(ValueError) as err:
+        if bad == "nan":
+            pos[1, 0] = float("nan")
+            Lift("SE2")(x, pos)
+        elif bad == "len_x":
+            Lift("SE2")(torch.ones(3, 1), pos)
+        elif bad == "len_batch":
+            Lift("SE2")(x, pos, torch.zeros(5, dtype=torch.long))
+        elif bad == "dim":
+            Lift("SE2")(x, torch.randn(4, 3))
+        elif bad == "tn_samples":
+            Lift("T2", 2)
+        else:
+            Lift("SO2", 4, mode="finite")
+    msg = str(err.value)
+    assert {"nan": "non-finite", "len_x": "x has 3", "len_batch": "batch", "dim": "R^2",
+            "tn_samples": "num_samples=1", "so2_finite": "trivial stabiliser"}[bad] in msg
+
+
+def test_full_graph_and_expand():
+    batch = torch.tensor([0, 0, 0, 1, 1])
+    ei = full_graph(batch)
+    assert ei.size(1) == 9 + 4
+    assert torch.equal(ei, brute_radius(torch.zeros(5, 2), 1.0, batch))
+    K = 3
+    lei = expand_edges(ei, 5, K)
+    assert lei.size(1) == 13 * K * K
+    # every lifted pair of neighbouring points, exactly once, sorted by target then source
+    pairs = set(map(tuple, lei.t().tolist()))
+    assert len(pairs) == lei.size(1)
+    expect = {(j * K + b, i * K + a) for j, i in ei.t().tolist() for a in range(K) for b in range(K)}
+    assert pairs == expect
+    key = lei[1] * 100 + lei[0]
+    assert torch.equal(key, key.sort().values)
+
+
+def test_radius_lifted_edges_and_subsample():
+    pos = torch.rand(30, 2) * 3
+    batch = torch.tensor([0] * 18 + [1] * 12)
+    ei = lifted_edges(pos, batch, 2, radius=0.8)
+    base = brute_radius(pos, 0.8, batch)
+    assert ei.size(1) == base.size(1) * 4
+    sub = subsample_edges(ei, 60, 5, generator=torch.Generator().manual_seed(0))
+    deg = torch.bincount(sub[1], minlength=60)
+    full = torch.bincount(ei[1], minlength=60)
+    assert torch.equal(deg, full.clamp(max=5))
+    assert set(map(tuple, sub.t().tolist())) <= set(map(tuple, ei.t().tolist()))
+
+
+def test_log_threshold_keeps_self_pairs_and_is_invariant():
+    G = get_group("SE2")
+    pos = torch.rand(12, 2, dtype=torch.float64)
+    lift = Lift(G, 3).eval()
+    g = lift(None, pos).g
+    ei = lifted_edges(pos, None, 3, 0.7, g=g, group=G, log_threshold=1.0,
+                      distance_weights={"rotation": 0.5})
+    assert (ei[0] == ei[1]).sum() == 36
+    u = G.random(dtype=torch.float64)
+    ei2 = lifted_edges(G.act(u, pos), None, 3, 0.7, g=u @ g, group=G, log_threshold=1.0,
+                       distance_weights={"rotation": 0.5})
+    assert torch.equal(ei, ei2)
+
+
+def test_finite_subgroup_trivial_stabiliser():
+    with pytest.raises(ValueError, match="trivial stabiliser"):
+        finite_subgroup(get_group("T2"), 3)

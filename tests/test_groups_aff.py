@@ -264,14 +264,31 @@ def test_chart_detection(G):
     expected = ~np.any((np.abs(eig.imag) < 1e-12) & (eig.real <= 0), axis=-1)
     assert expected.tolist() == [False, False, False, True, True]
     assert G.in_chart(g).tolist() == expected.tolist()
+    msg = r"outside the principal log chart: linear part has an eigenvalue on \(-inf, 0\]"
     for k in range(3):
-        with pytest.raises(ValueError, match=r"outside the principal log chart: linear part has an eigenvalue on \(-inf, 0\]"):
+        with pytest.raises(ValueError, match=msg):
             G.log(g[k])
     G.log(g[3:])  # fine
     # in_chart masks instead of raising; elements with det <= 0 are simply not in the chart
     flip = torch.eye(n, dtype=f64)
     flip[0, 0] = -1
     assert G.in_chart(_elem(torch.stack([flip, torch.zeros(n, n, dtype=f64)]))).tolist() == [False, False]
+
+
+@pytest.mark.parametrize("G", GROUPS, ids=IDS)
+def test_masked_log(G):
+    n = G.n
+    flip = torch.eye(n, dtype=f64)
+    flip[0, 0] = -1
+    neg = torch.diag(torch.tensor([-1.0, -2.0, 1.0][:n], dtype=f64))
+    good = G.exp(_algebra(G, 2, 0.5))
+    g = torch.cat([good[:1], _elem(torch.stack([neg, flip])), good[1:]]).requires_grad_()
+    xi, inside = G.masked_log(g)
+    assert inside.tolist() == [True, False, False, True]
+    torch.testing.assert_close(xi[inside], G.log(good))
+    assert torch.all(xi[~inside] == 0)
+    (grad,) = torch.autograd.grad(xi.square().sum(), g)
+    assert torch.isfinite(grad).all() and torch.all(grad[~inside] == 0) and grad[inside].abs().sum() > 0
 
 
 @pytest.mark.parametrize("G", GROUPS, ids=IDS)

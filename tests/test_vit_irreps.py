@@ -89,13 +89,14 @@ def test_field_type_split_join_transform():
     assert FieldType.regular("C4", 2).mult == {"A": 2, "B": 2, "E1": 2}
 
 
-@pytest.mark.parametrize("name", ["C1", "C2", "C4", "D2", "D4", "C3", "C6", "D3", "D6"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name,dtype", [("C1", torch.float32), ("C2", torch.float64), ("C4", torch.float32),
+                                        ("D2", torch.float64), ("D4", torch.float32), ("C3", torch.float64),
+                                        ("C6", torch.float64), ("D3", torch.float32), ("D6", torch.float64)])
 def test_schur_linear_equivariance_and_counts(name, dtype):
     torch.manual_seed(0)
     G = get_group(name)
-    Vi = FieldType(G, {r.name: 2 + i for i, r in enumerate(G.irreps)})
-    Vo = FieldType.regular(G, 3)
+    Vi = FieldType(G, {r.name: 1 + i % 2 for i, r in enumerate(G.irreps)})
+    Vo = FieldType.regular(G, 2)
     lin = EquivariantLinear(Vi, Vo).to(dtype)
     with torch.no_grad():
         lin.bias.normal_()

@@ -49,16 +49,29 @@ class _Grid:
         self.U = U.astype(np.int64)
         self.centers = centers.astype(np.int64)
         if pixels is None:
-            pts = sorted({(int(a + u), int(b + v)) for a, b in self.centers for u, v in self.U})
-            pixels = np.array(pts, dtype=np.int64)
+            allp = (self.centers[:, None, :] + self.U[None, :, :]).reshape(-1, 2)
+            pixels = np.unique(allp, axis=0)
         self.pixels = pixels.astype(np.int64)
-        lookup = {tuple(p): i for i, p in enumerate(self.pixels.tolist())}
-        self.patch_index = np.array([[lookup[(int(c[0] + u[0]), int(c[1] + u[1]))] for u in self.U] for c in self.centers])
-        self.num_pixels, self.num_patches, self.patch_pixels = len(self.pixels), len(self.centers), len(self.U)
         self.lattice_actions = [self._lattice_action(g) for g in range(group.order)]
+        pidx = self._lookup(self.pixels, (self.centers[:, None, :] + self.U[None, :, :]).reshape(-1, 2))
+        self.patch_index = pidx.reshape(len(self.centers), len(self.U))
+        self.num_pixels, self.num_patches, self.patch_pixels = len(self.pixels), len(self.centers), len(self.U)
         self.pixel_perms = np.stack([self._perm(self.pixels, g) for g in range(group.order)])
         self.patch_perms = np.stack([self._perm(self.centers, g) for g in range(group.order)])
         self.U_perms = np.stack([self._perm(self.U, g) for g in range(group.order)])
+
+    @staticmethod
+    def _lookup(table: np.ndarray, query: np.ndarray) -> np.ndarray:
+        """Index in ``table`` of every integer point of ``query`` (vectorised)."""
+        off = int(max(np.abs(table).max(), np.abs(query).max())) + 1
+        key = lambda p: (p[:, 0] + off) * (2 * off + 1) + (p[:, 1] + off)
+        kt, kq = key(table), key(query)
+        order = np.argsort(kt)
+        pos = np.searchsorted(kt[order], kq).clip(0, len(kt) - 1)
+        found = kt[order][pos] == kq
+        if not found.all():
+            raise KeyError("point not in table")
+        return order[pos]
 
     def _lattice_action(self, g: int) -> np.ndarray:
         B = self.basis
@@ -70,10 +83,8 @@ class _Grid:
 
     def _perm(self, pts: np.ndarray, g: int) -> np.ndarray:
         """``perm[x] = index of g . pts[x]``."""
-        lookup = {tuple(p): i for i, p in enumerate(pts.tolist())}
-        moved = pts @ self.lattice_actions[g].T
         try:
-            return np.array([lookup[tuple(p)] for p in moved.tolist()])
+            return self._lookup(pts, pts @ self.lattice_actions[g].T)
         except KeyError:
             raise ValueError(f"group: the {self.kind} grid is not stable under {self.group.name}") from None
 

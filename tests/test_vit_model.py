@@ -8,15 +8,13 @@ from pyg_lie.vit.attention import EquivariantSelfAttention, complete_graph
 from pyg_lie.vit.field_type import FieldType
 from pyg_lie.vit.irreps import GSet, get_group
 from pyg_lie.vit.nonlinearity import FourierNonlinearity, gset_family, gset_from_spec
-from pyg_lie.vit.patch_embed import EquivariantPatchEmbed, HexGrid, SquareGrid, patch_fourier_basis
+from pyg_lie.vit.patch_embed import EquivariantPatchEmbed, rot_flip_image, HexGrid, SquareGrid, patch_fourier_basis
 from pyg_lie.vit.positional import InvariantPositionalEncoding
 
 
 def square_image_action(x, G, g):
-    """rot90 / flips: g = r^k t^f acts as flip of the y-axis (rows) then k quarter turns."""
-    f, k = G.elements[g]
-    x = x.flip(-2) if f else x
-    return torch.rot90(x, k * 4 // G.n, dims=(-2, -1))
+    """rot90 / flips: g = r^k t^f acts as flip of the y-axis (rows) then k turns of 360/n degrees."""
+    return rot_flip_image(x, G, g)
 
 
 def _perturb(model):

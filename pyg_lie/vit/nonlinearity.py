@@ -150,3 +150,15 @@ class FourierNonlinearity(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.from_gset([self.activation(f) for f in self.to_gset(x)])
+
+
+def synthesis_matrix(act: FourierNonlinearity) -> Tensor:
+    """Dense ``FT^{-1}`` of a :class:`FourierNonlinearity`: ``(|X|, dim)`` float64, columns
+    are the functions on ``X`` (in the G-set's point order) of the basis features."""
+    D = act.field_type.dim
+    eye = torch.eye(D, dtype=torch.float64, device=act.gather.device)
+    Phi = torch.zeros(act.gset.size, D, dtype=torch.float64, device=eye.device)
+    for p, f in zip(act.patterns, act.to_gset(eye)):
+        for s, orb in enumerate(p["orbits"]):
+            Phi[torch.as_tensor(orb)] = f[:, s, :].T
+    return Phi

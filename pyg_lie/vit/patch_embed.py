@@ -35,7 +35,19 @@ from .field_type import FieldType
 from .irreps import FiniteO2Group, GSet, get_group
 from .linear import EquivariantLinear
 
-__all__ = ["SquareGrid", "HexGrid", "make_grid", "EquivariantPatchEmbed"]
+__all__ = ["SquareGrid", "HexGrid", "make_grid", "EquivariantPatchEmbed", "rot_flip_image"]
+
+
+def rot_flip_image(images: Tensor, group: Union[str, FiniteO2Group], g: int) -> Tensor:
+    """Act with ``g = r^k t^f`` of a subgroup of ``D4`` on square images ``(..., S, S)``:
+    ``t`` flips the y-axis (the rows), then ``k`` turns by ``360/n`` degrees counter-clockwise
+    (``torch.rot90``). Equal to :meth:`SquareGrid.transform_pixels` on flat pixels."""
+    G = get_group(group) if isinstance(group, str) else group
+    if 4 % G.n:
+        raise ValueError(f"group: {G.name} does not act on square images")
+    f, k = G.elements[g]
+    x = images.flip(-2) if f else images
+    return torch.rot90(x, k * 4 // G.n, dims=(-2, -1))
 
 
 class _Grid:

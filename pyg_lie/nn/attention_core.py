@@ -42,3 +42,18 @@ def edge_attention(
         inv = (1.0 / deg.clamp(min=1.0))[index]
         return score * inv.view(-1, *([1] * (score.dim() - 1)))
     raise ValueError(f"normalization must be 'softmax' or 'mean', got {normalization!r}")
+
+
+def dense_edge_attention(score: Tensor, dim: int = 1, normalization: str = "softmax") -> Tensor:
+    """Dense-neighbourhood variant of :func:`edge_attention` (fused CSR layout).
+
+    Used when targets are grouped by in-degree so that each group's incoming
+    edges form a dense block: ``score`` has shape ``(n, K, ...)`` with the ``K``
+    incoming edges of each of ``n`` targets along ``dim``. Same maths as
+    :func:`edge_attention`, without a scatter.
+    """
+    if normalization == "softmax":
+        return torch.softmax(score, dim=dim)
+    if normalization in ("mean", "constant"):
+        return score / max(score.shape[dim], 1)
+    raise ValueError(f"normalization must be 'softmax' or 'mean', got {normalization!r}")

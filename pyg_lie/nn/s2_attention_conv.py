@@ -1,0 +1,278 @@
+r"""Quadrature-weighted neighbourhood attention on point sets on the sphere S^2.
+
+:class:`S2AttentionConv` is the graph-level form of the neighbourhood attention
+of torch-harmonics (``NeighborhoodAttentionS2``, Bonev et al. 2025): for a target
+point :math:`y_i` with neighbourhood :math:`N(i)` (source points within a
+geodesic radius, see :mod:`pyg_lie.neighbors`) and source quadrature weights
+:math:`w_j > 0` (the area each source point represents),
+
+.. math::
+    o_i = W_o \, \Big\Vert_{h=1}^{H} \sum_{j \in N(i)}
+        \frac{w_j \exp(\langle q^h_i, k^h_j \rangle)}
+             {\sum_{l \in N(i)} w_l \exp(\langle q^h_i, k^h_l \rangle)} \, v^h_j + b_o ,
+
+with :math:`q_i = s\,\mathrm{norm}(W_q x_i + b_q)`, :math:`k_j = \mathrm{norm}(W_k x_j + b_k)`,
+:math:`v_j = W_v x_j + b_v`, heads being contiguous channel blocks, ``norm`` an
+optional per-head RMS norm with weight ``1 + g`` (qk-norm) and ``s`` the scale
+(default ``1/sqrt(k_channels / heads)``). Equivalently the softmax runs over the
+scores ``<q_i, k_j> + log w_j``: the log quadrature weight of each source is an
+additive score bias. This makes the sum a quadrature rule for a continuous
+attention integral over the geodesic disk, so the layer is (up to quadrature
+error) independent of the sampling and rotation equivariant: rotating the points
+together with their weights leaves every per-point output unchanged.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.nn import MessagePassing
+
+from .attention_core import edge_attention
+from ._s2_kernels import NeighborhoodPlan, planned_attention
+
+__all__ = ["S2AttentionConv"]
+
+PairTensor = Tuple[Tensor, Tensor]
+
+
+class S2AttentionConv(MessagePassing):
+    r"""Multi-head S^2 neighbourhood attention with quadrature weights (PyG layer).
+
+    Args:
+        in_channels: input feature size ``C_in`` of source and target nodes.
+        out_channels: output size ``C_out`` (value and output-projection width);
+            defaults to ``in_channels``.
+        heads: number of heads ``H``; must divide ``k_channels`` and ``out_channels``.
+        k_channels: query/key width ``C_k``; defaults to ``in_channels``.
+        scale: score scale ``s`` (float or tensor); default ``1/sqrt(C_k / H)``.
+        use_qknorm: per-head RMS norm of queries and keys (weights ``1 + g``,
+            ``g`` initialised to zero), as in torch-harmonics.
+        bias: add biases to the four projections.
+        warn_isolated: warn (eagerly, outside ``torch.compile``) when some target
+            has no neighbour. Such targets get zeros before the output projection
+            (torch-harmonics returns NaN there).
+
+    Parameters (named and initialised like torch-harmonics, 2-D here):
+        ``q_weights``, ``k_weights`` ``(C_k, C_in)``, ``v_weights`` ``(C_out, C_in)``,
+        ``proj_weights`` ``(C_out, C_out)``, biases ``q_bias``, ``k_bias`` ``(C_k,)``,
+        ``v_bias``, ``proj_bias`` ``(C_out,)``, and with qk-norm ``q_norm_weights``,
+        ``k_norm_weights`` ``(C_k / H,)``.
+
+    Shapes:
+        - **input:** node features ``x`` of shape ``(N, C_in)`` or ``(N, B, C_in)``
+          (``B`` feature copies sharing one graph, e.g. a batch of signals on a
+          fixed grid), or a bipartite pair ``(x_src, x_dst)``; ``edge_index``
+          ``(2, E)`` with row 0 the sources ``j`` and row 1 the targets ``i``;
+          ``quad_weights`` ``(N_src,)`` positive quadrature weights of the
+          sources (``None``: uniform, no bias).
+        - **output:** ``(N_dst, C_out)`` or ``(N_dst, B, C_out)``; with
+          ``return_attention_weights=True`` also ``(edge_index, alpha)`` with
+          ``alpha`` of shape ``(E, H)`` or ``(E, B, H)``.
+    """
+
+    # trailing singleton dims of the projection weights (torch-harmonics grids use (1, 1))
+    _weight_suffix: Tuple[int, ...] = ()
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: Optional[int] = None,
+        heads: int = 1,
+        k_channels: Optional[int] = None,
+        scale: Optional[Union[float, Tensor]] = None,
+        use_qknorm: bool = False,
+        bias: bool = True,
+        warn_isolated: bool = True,
+    ) -> None:
+        super().__init__(aggr="sum", node_dim=0)
+        if int(in_channels) <= 0:
+            raise ValueError(f"in_channels must be a positive integer, got {in_channels}")
+        if heads is None or int(heads) <= 0:
+            raise ValueError(f"heads (num_heads) must be a positive integer, got {heads}")
+        self.in_channels = int(in_channels)
+        self.heads = int(heads)
+        self.k_channels = self.in_channels if k_channels is None else int(k_channels)
+        self.out_channels = self.in_channels if out_channels is None else int(out_channels)
+        if self.k_channels % self.heads != 0:
+            raise ValueError(f"k_channels ({self.k_channels}) must be divisible by the number of heads "
+                             f"({self.heads}); choose k_channels as a multiple of heads")
+        if self.out_channels % self.heads != 0:
+            raise ValueError(f"out_channels ({self.out_channels}) must be divisible by the number of heads "
+                             f"({self.heads}); choose out_channels as a multiple of heads")
+        self.scale = scale if scale is not None else 1.0 / math.sqrt(self.k_channels // self.heads)
+        self.use_qknorm = bool(use_qknorm)
+        self.warn_isolated = bool(warn_isolated)
+        sfx = self._weight_suffix
+        self.q_weights = nn.Parameter(torch.empty(self.k_channels, self.in_channels, *sfx))
+        self.k_weights = nn.Parameter(torch.empty(self.k_channels, self.in_channels, *sfx))
+        self.v_weights = nn.Parameter(torch.empty(self.out_channels, self.in_channels, *sfx))
+        self.proj_weights = nn.Parameter(torch.empty(self.out_channels, self.out_channels, *sfx))
+        if bias:
+            self.q_bias = nn.Parameter(torch.empty(self.k_channels))
+            self.k_bias = nn.Parameter(torch.empty(self.k_channels))
+            self.v_bias = nn.Parameter(torch.empty(self.out_channels))
+            self.proj_bias = nn.Parameter(torch.empty(self.out_channels))
+        else:
+            self.register_parameter("q_bias", None)
+            self.register_parameter("k_bias", None)
+            self.register_parameter("v_bias", None)
+            self.register_parameter("proj_bias", None)
+        if use_qknorm:
+            self.q_norm_weights = nn.Parameter(torch.empty(self.k_channels // self.heads))
+            self.k_norm_weights = nn.Parameter(torch.empty(self.k_channels // self.heads))
+        else:
+            self.register_parameter("q_norm_weights", None)
+            self.register_parameter("k_norm_weights", None)
+        self._alpha: Optional[Tensor] = None
+        self.reset_parameters()
+
+    # ------------------------------------------------------------------ parameters
+    def reset_parameters(self) -> None:
+        """Xavier-uniform-style initialisation with the bounds torch-harmonics uses."""
+        super().reset_parameters()
+        b_qk = math.sqrt(6.0 / (self.in_channels + self.k_channels))
+        b_v = math.sqrt(6.0 / (self.in_channels + self.out_channels))
+        b_p = math.sqrt(3.0 / self.out_channels)
+        with torch.no_grad():
+            self.q_weights.uniform_(-b_qk, b_qk)
+            self.k_weights.uniform_(-b_qk, b_qk)
+            self.v_weights.uniform_(-b_v, b_v)
+            self.proj_weights.uniform_(-b_p, b_p)
+            for p in (self.q_bias, self.k_bias, self.v_bias, self.proj_bias,
+                      self.q_norm_weights, self.k_norm_weights):
+                if p is not None:
+                    p.zero_()
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, heads={self.heads}, "
+                f"k_channels={self.k_channels}, use_qknorm={self.use_qknorm})")
+
+    # ------------------------------------------------------------------ pieces
+    def project_qkv(self, x_q: Tensor, x_k: Tensor, x_v: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """Node-wise projections, head split, qk-norm and scale.
+
+        Args:
+            x_q: ``(N_dst, *, C_in)``; x_k, x_v: ``(N_src, *, C_in)``.
+
+        Returns:
+            ``q (N_dst, *, H, C_k/H)`` (scaled), ``k (N_src, *, H, C_k/H)``, ``v (N_src, *, H, C_out/H)``.
+        """
+        H = self.heads
+        q = F.linear(x_q, self.q_weights.flatten(1), self.q_bias)
+        k = F.linear(x_k, self.k_weights.flatten(1), self.k_bias)
+        v = F.linear(x_v, self.v_weights.flatten(1), self.v_bias)
+        q = q.unflatten(-1, (H, -1))
+        k = k.unflatten(-1, (H, -1))
+        v = v.unflatten(-1, (H, -1))
+        if self.q_norm_weights is not None:
+            q = F.rms_norm(q, normalized_shape=self.q_norm_weights.shape, weight=1 + self.q_norm_weights)
+        if self.k_norm_weights is not None:
+            k = F.rms_norm(k, normalized_shape=self.k_norm_weights.shape, weight=1 + self.k_norm_weights)
+        return q * self.scale, k, v
+
+    def output_projection(self, h: Tensor) -> Tensor:
+        """``(N, *, H, C_out/H)`` head outputs to ``(N, *, C_out)``."""
+        return F.linear(h.flatten(-2), self.proj_weights.flatten(1), self.proj_bias)
+
+    @staticmethod
+    def log_quad_weights(quad_weights: Optional[Tensor], dtype: torch.dtype) -> Optional[Tensor]:
+        """``log w`` clamped away from ``-inf`` (zero weights would give NaN for all-zero neighbourhoods)."""
+        if quad_weights is None:
+            return None
+        w = quad_weights.to(dtype)
+        return torch.log(w.clamp_min(torch.finfo(dtype).tiny))
+
+    @staticmethod
+    def build_plan(edge_index: Tensor, num_src: int, num_dst: int) -> NeighborhoodPlan:
+        """Precompute the degree-grouped (fused CSR) layout of a fixed graph, for ``forward(plan=...)``."""
+        return NeighborhoodPlan.from_edge_index(edge_index, num_src, num_dst)
+
+    def _check_isolated(self, edge_index: Tensor, num_dst: int, plan: Optional[NeighborhoodPlan]) -> None:
+        if not self.warn_isolated or torch.compiler.is_compiling():
+            return
+        if plan is not None:
+            n_iso = plan.num_isolated
+        else:
+            deg = torch.bincount(edge_index[1], minlength=num_dst)
+            n_iso = int((deg == 0).sum())
+        if n_iso > 0:
+            warnings.warn(f"{self.__class__.__name__}: {n_iso} of {num_dst} target points have no neighbour "
+                          f"within the cutoff; their attention output is zero before the output projection "
+                          f"(increase theta_cutoff to avoid this)", RuntimeWarning, stacklevel=3)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, edge_index: Tensor, log_w: Optional[Tensor],
+               plan: Optional[NeighborhoodPlan] = None, need_weights: bool = False
+               ) -> Tuple[Tensor, Optional[Tensor]]:
+        """Attention core on projected tensors (see :meth:`project_qkv`); returns ``(N_dst, *, H, Dv)``."""
+        num_dst = q.shape[0]
+        self._check_isolated(edge_index, num_dst, plan)
+        if plan is not None:
+            return planned_attention(q, k, v, log_w, plan, need_weights=need_weights)
+        out = self.propagate(edge_index, q=q, k=k, v=v, log_w=log_w, size=(k.shape[0], num_dst))
+        alpha = self._alpha
+        self._alpha = None
+        return out, alpha
+
+    # ------------------------------------------------------------------ forward
+    def forward(
+        self,
+        x: Union[Tensor, PairTensor],
+        edge_index: Tensor,
+        quad_weights: Optional[Tensor] = None,
+        value: Optional[Tensor] = None,
+        plan: Optional[NeighborhoodPlan] = None,
+        return_attention_weights: Optional[bool] = None,
+    ):
+        """Args:
+            x: ``(N, [B,] C_in)`` or ``(x_src, x_dst)``; keys come from ``x_src``, queries from ``x_dst``.
+            edge_index: ``(2, E)`` ``[source; target]``, e.g. from
+                :func:`pyg_lie.neighbors.geodesic_radius` (any edge order).
+            quad_weights: ``(N_src,)`` positive source quadrature weights; ``log w_j`` is added
+                to every score ``<q_i, k_j>`` of an edge ``j -> i``.
+            value: optional separate value features ``(N_src, [B,] C_in)`` (default ``x_src``).
+            plan: optional :meth:`build_plan` of this ``edge_index`` to use the fused
+                degree-grouped path (faster for graphs reused many times, e.g. grids).
+            return_attention_weights: also return ``(edge_index, alpha)``.
+        """
+        if isinstance(x, (tuple, list)):
+            x_src, x_dst = x
+        else:
+            x_src = x_dst = x
+        for name, t in (("x_src", x_src), ("x_dst", x_dst), ("value", value)):
+            if t is None:
+                continue
+            if t.dim() not in (2, 3) or t.shape[-1] != self.in_channels:
+                raise ValueError(f"{name} must have shape (N, {self.in_channels}) or (N, B, {self.in_channels}), "
+                                 f"got {tuple(t.shape)}")
+        x_val = x_src if value is None else value
+        if x_dst.dim() != x_src.dim() or x_val.shape != x_src.shape:
+            raise ValueError(f"source, target and value features must have matching batch layout, got "
+                             f"x_src {tuple(x_src.shape)}, x_dst {tuple(x_dst.shape)}, value {tuple(x_val.shape)}")
+        if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+            raise ValueError(f"edge_index must have shape (2, E), got {tuple(edge_index.shape)}")
+        if quad_weights is not None and quad_weights.shape != (x_src.shape[0],):
+            raise ValueError(f"quad_weights must have shape (N_src,) = ({x_src.shape[0]},), got "
+                             f"{tuple(quad_weights.shape)}")
+        q, k, v = self.project_qkv(x_dst, x_src, x_val)
+        log_w = self.log_quad_weights(quad_weights, q.dtype)
+        need = bool(return_attention_weights)
+        h, alpha = self.attend(q, k, v, edge_index, log_w, plan=plan, need_weights=need)
+        out = self.output_projection(h)
+        if need:
+            return out, (edge_index, alpha)
+        return out
+
+    def message(self, q_i: Tensor, k_j: Tensor, v_j: Tensor, log_w: Optional[Tensor], edge_index_j: Tensor,
+                index: Tensor, ptr: Optional[Tensor], size_i: Optional[int]) -> Tensor:
+        score = (q_i * k_j).sum(-1)  # (E, *, H)
+        if log_w is not None:
+            lw = log_w.index_select(0, edge_index_j)
+            score = score + lw.view(-1, *([1] * (score.dim() - 1)))
+        alpha = edge_attention(score, index, num_nodes=size_i, ptr=ptr)
+        self._alpha = alpha
+        return alpha.unsqueeze(-1) * v_j

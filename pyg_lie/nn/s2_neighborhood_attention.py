@@ -1,0 +1,257 @@
+r"""Drop-in, graph-based replacement for ``torch_harmonics.NeighborhoodAttentionS2``.
+
+:class:`S2NeighborhoodAttention` takes the constructor arguments of
+``torch_harmonics.NeighborhoodAttentionS2`` (0.9.3) and has the same parameter
+names and shapes, so ``load_state_dict`` works in both directions. It turns the
+``(B, C, nlat, nlon)`` grid signals into node features ``(nlat * nlon, B, C)``,
+builds the neighbourhood graph of the two grids once (from
+``torch_harmonics.quadrature``: colatitudes, longitudes and quadrature weights)
+and runs :class:`~pyg_lie.nn.S2AttentionConv` on it.
+
+Neighbourhoods: source ``j`` (input grid) attends into target ``i`` (output
+grid) iff their geodesic distance is ``<= (1 + 1e-3) * theta_cutoff`` (the
+widening torch-harmonics applies). The quadrature weight of an input point on
+colatitude ring ``t`` is ``2 pi w_t / nlon_in`` with ``w_t`` the latitude weight
+of ``precompute_latitudes``.
+
+Differences from torch-harmonics, by design:
+
+* empty neighbourhoods (possible with small user cutoffs) give zeros before the
+  output projection and a warning, not NaN;
+* the attention runs in the input dtype (float64 stays float64; torch-harmonics
+  computes its core in float32);
+* wrong input shapes raise ``ValueError`` naming the argument.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from collections import OrderedDict
+from typing import Dict, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+
+from .s2_attention_conv import S2AttentionConv
+from ._s2_kernels import NeighborhoodPlan, geodesic_neighbors
+
+__all__ = ["S2NeighborhoodAttention", "grid_points", "grid_graph", "THETA_CUTOFF_EPS"]
+
+#: widening factor of the cutoff used by torch-harmonics (``quadrature.THETA_CUTOFF_EPS``)
+THETA_CUTOFF_EPS = 1e-3
+
+_GRIDS = ("equiangular", "legendre-gauss", "lobatto", "equiangular-trapezoidal")
+
+
+def _check_grid(grid: str, name: str) -> None:
+    if grid not in _GRIDS:
+        raise ValueError(f"{name} must be one of {_GRIDS}, got {grid!r}")
+
+
+def grid_points(nlat: int, nlon: int, grid: str = "equiangular") -> Tuple[Tensor, Tensor]:
+    """Unit vectors and quadrature weights of a torch-harmonics grid (float64).
+
+    Returns:
+        ``pos (nlat * nlon, 3)`` (lat-major, matching ``x.flatten(-2)``) and
+        ``quad_weights (nlat * nlon,)`` with ``2 pi w_t / nlon`` on ring ``t``
+        (they sum to ``4 pi`` up to quadrature error).
+    """
+    from torch_harmonics.quadrature import precompute_latitudes, precompute_longitudes
+
+    _check_grid(grid, "grid")
+    colat, w = precompute_latitudes(nlat, grid=grid)
+    lon = precompute_longitudes(nlon)
+    colat = colat.to(torch.float64)
+    lon = lon.to(torch.float64)
+    st, ct = torch.sin(colat)[:, None], torch.cos(colat)[:, None]
+    pos = torch.stack([st * torch.cos(lon)[None, :], st * torch.sin(lon)[None, :], ct.expand(nlat, nlon)], -1)
+    qw = (2.0 * math.pi * w.to(torch.float64) / nlon)[:, None].expand(nlat, nlon)
+    return pos.reshape(-1, 3), qw.reshape(-1).contiguous()
+
+
+_CACHE: "OrderedDict[tuple, Dict[str, object]]" = OrderedDict()
+_CACHE_SIZE = 32
+
+
+def grid_graph(in_shape: Tuple[int, int], out_shape: Tuple[int, int], grid_in: str, grid_out: str,
+               theta_cutoff: float, device: Union[str, torch.device] = "cpu") -> Dict[str, object]:
+    """Neighbourhood graph between two grids, cached per (shapes, grids, cutoff, device).
+
+    Returns a dict with ``edge_index`` ``(2, E)`` (input node -> output node,
+    sorted by target then source), ``quad_weights`` ``(nlat_in * nlon_in,)``
+    float64, and ``plan`` (:class:`~pyg_lie.nn._s2_kernels.NeighborhoodPlan`).
+    """
+    device = torch.device(device)
+    key = (tuple(in_shape), tuple(out_shape), grid_in, grid_out, float(theta_cutoff), str(device))
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        return hit
+    pos_in, qw = grid_points(*in_shape, grid=grid_in)
+    pos_out, _ = grid_points(*out_shape, grid=grid_out)
+    theta_eff = (1.0 + THETA_CUTOFF_EPS) * float(theta_cutoff)
+    edge_index = geodesic_neighbors(pos_in, pos_out, theta_eff)
+    # order each neighbourhood by (input ring, longitude offset relative to the target) so that every
+    # output longitude sums its neighbours in the same order: longitude shifts then commute bitwise
+    (nlat_in, nlon_in), (_, nlon_out) = in_shape, out_shape
+    src, dst = edge_index[0], edge_index[1]
+    rel = torch.remainder(src % nlon_in - torch.div((dst % nlon_out) * nlon_in, nlon_out, rounding_mode="floor"),
+                          nlon_in)
+    order_key = (dst * nlat_in + torch.div(src, nlon_in, rounding_mode="floor")) * nlon_in + rel
+    edge_index = edge_index[:, torch.argsort(order_key)]
+    plan = NeighborhoodPlan.from_edge_index(edge_index, pos_in.shape[0], pos_out.shape[0], keep_order=True)
+    entry = {"edge_index": edge_index.to(device), "quad_weights": qw.to(device), "plan": plan.to(device)}
+    _CACHE[key] = entry
+    while len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return entry
+
+
+class S2NeighborhoodAttention(S2AttentionConv):
+    r"""Neighbourhood attention on torch-harmonics grids, interchangeable with
+    ``torch_harmonics.NeighborhoodAttentionS2``.
+
+    .. math::
+        y(x_i) = W_o \Big\Vert_h \sum_{j:\ d(x_i, x_j) \le \theta_c}
+            \frac{w_j e^{\langle q^h_i, k^h_j\rangle}}{\sum_l w_l e^{\langle q^h_i, k^h_l\rangle}} v^h_j + b_o
+
+    Args:
+        in_channels: channels ``C_in`` of query/key/value signals.
+        in_shape: ``(nlat_in, nlon_in)`` of the key/value grid.
+        out_shape: ``(nlat_out, nlon_out)`` of the query/output grid.
+        grid_in, grid_out: ``"equiangular"``, ``"legendre-gauss"``, ``"lobatto"`` or
+            ``"equiangular-trapezoidal"``.
+        num_heads: heads ``H``.
+        scale: score scale; default ``1/sqrt(k_channels / H)``.
+        use_qknorm: per-head RMS norm of q and k.
+        bias: biases in the four 1x1 projections.
+        theta_cutoff: geodesic radius in radians; default
+            ``torch_harmonics.quadrature.compute_theta_cutoff`` of the coarser grid
+            (output grid, or input grid when upsampling), as in torch-harmonics.
+        k_channels: query/key width (default ``in_channels``).
+        out_channels: value/output width (default ``in_channels``).
+        optimized_kernel: ``True`` uses the degree-grouped fused path, ``False``
+            the generic message-passing path (same numbers).
+
+    Raises:
+        ValueError: if neither ``nlon_in % nlon_out == 0`` nor ``nlon_out % nlon_in == 0``
+            (same condition and wording as torch-harmonics), for non-positive
+            ``theta_cutoff``, heads not dividing the widths, or unknown grids.
+
+    Shapes:
+        ``query (B, C_in, nlat_out, nlon_out)``, ``key``/``value``
+        ``(B, C_in, nlat_in, nlon_in)`` (default: ``query``) ->
+        ``(B, out_channels, nlat_out, nlon_out)``.
+    """
+
+    _weight_suffix = (1, 1)
+
+    def __init__(
+        self,
+        in_channels: int,
+        in_shape: Tuple[int, int],
+        out_shape: Tuple[int, int],
+        grid_in: str = "equiangular",
+        grid_out: str = "equiangular",
+        num_heads: int = 1,
+        scale: Optional[Union[Tensor, float]] = None,
+        use_qknorm: bool = False,
+        bias: bool = True,
+        theta_cutoff: Optional[float] = None,
+        k_channels: Optional[int] = None,
+        out_channels: Optional[int] = None,
+        optimized_kernel: bool = True,
+    ) -> None:
+        if len(tuple(in_shape)) != 2 or len(tuple(out_shape)) != 2:
+            raise ValueError(f"in_shape and out_shape must be (nlat, nlon) pairs, got {in_shape} and {out_shape}")
+        _check_grid(grid_in, "grid_in")
+        _check_grid(grid_out, "grid_out")
+        self.nlat_in, self.nlon_in = (int(s) for s in in_shape)
+        self.nlat_out, self.nlon_out = (int(s) for s in out_shape)
+        self.upsample = (self.nlon_out % self.nlon_in == 0) and (self.nlon_in % self.nlon_out != 0)
+        if not (self.nlon_in % self.nlon_out == 0 or self.upsample):
+            raise ValueError(f"either nlon_in ({self.nlon_in}) must be an integer multiple of nlon_out "
+                             f"({self.nlon_out}), or vice versa, for the attention p-shift to be exact")
+        super().__init__(in_channels, out_channels=out_channels, heads=num_heads, k_channels=k_channels,
+                         scale=scale, use_qknorm=use_qknorm, bias=bias)
+        self.num_heads = self.heads
+        self.grid_in = grid_in
+        self.grid_out = grid_out
+        if theta_cutoff is None:
+            from torch_harmonics.quadrature import compute_theta_cutoff
+
+            with warnings.catch_warnings():
+                # torch-harmonics warns that non-equiangular cutoffs changed in 0.9.3; not our concern
+                warnings.simplefilter("ignore", UserWarning)
+                if self.upsample:
+                    theta_cutoff = compute_theta_cutoff(self.nlat_in, grid=grid_in)
+                else:
+                    theta_cutoff = compute_theta_cutoff(self.nlat_out, grid=grid_out)
+        self.theta_cutoff = float(theta_cutoff)
+        if not self.theta_cutoff > 0.0:
+            raise ValueError(f"theta_cutoff has to be positive, got {theta_cutoff}")
+        self.optimized_kernel = bool(optimized_kernel)
+        # build once eagerly (also reports empty neighbourhoods at construction time)
+        n_iso = self._graph("cpu")["plan"].num_isolated  # type: ignore[attr-defined]
+        if n_iso > 0:
+            warnings.warn(f"{self.__class__.__name__}: with theta_cutoff={self.theta_cutoff:.4g}, {n_iso} of "
+                          f"{self.nlat_out * self.nlon_out} output points have no neighbour within the cutoff; "
+                          f"their attention output is zero before the output projection (torch-harmonics gives "
+                          f"NaN there)", RuntimeWarning, stacklevel=2)
+
+    def extra_repr(self) -> str:
+        return (f"in_shape={(self.nlat_in, self.nlon_in)}, out_shape={(self.nlat_out, self.nlon_out)}, "
+                f"in_channels={self.in_channels}, out_channels={self.out_channels}, "
+                f"k_channels={self.k_channels}, theta_cutoff={self.theta_cutoff}")
+
+    def __repr__(self) -> str:
+        return torch.nn.Module.__repr__(self)
+
+    def _graph(self, device) -> Dict[str, object]:
+        return grid_graph((self.nlat_in, self.nlon_in), (self.nlat_out, self.nlon_out), self.grid_in,
+                          self.grid_out, self.theta_cutoff, device)
+
+    def _check(self, t: Tensor, name: str, nlat: int, nlon: int) -> None:
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have shape (B, {self.in_channels}, {nlat}, {nlon}), got {tuple(t.shape)}")
+        if t.shape[1] != self.in_channels or t.shape[2] != nlat or t.shape[3] != nlon:
+            raise ValueError(f"{name} must have shape (B, {self.in_channels}, {nlat}, {nlon}), got "
+                             f"{tuple(t.shape)}")
+
+    def forward(self, query: Tensor, key: Optional[Tensor] = None, value: Optional[Tensor] = None) -> Tensor:  # type: ignore[override]
+        """Neighbourhood attention of ``query`` (output grid) over ``key``/``value`` (input grid).
+
+        Args:
+            query: ``(B, C_in, nlat_out, nlon_out)``.
+            key: ``(B, C_in, nlat_in, nlon_in)``; default ``query`` (needs equal grids).
+            value: ``(B, C_in, nlat_in, nlon_in)``; default ``query`` (needs equal grids).
+
+        Returns:
+            ``(B, out_channels, nlat_out, nlon_out)``.
+        """
+        key = query if key is None else key
+        value = query if value is None else value
+        self._check(query, "query", self.nlat_out, self.nlon_out)
+        self._check(key, "key", self.nlat_in, self.nlon_in)
+        self._check(value, "value", self.nlat_in, self.nlon_in)
+        if key.shape[0] != query.shape[0] or value.shape[0] != query.shape[0]:
+            raise ValueError(f"query, key and value must share the batch size, got {query.shape[0]}, "
+                             f"{key.shape[0]}, {value.shape[0]}")
+        if key.dtype != query.dtype or value.dtype != query.dtype:
+            raise ValueError(f"query, key and value must share one dtype, got {query.dtype}, {key.dtype}, "
+                             f"{value.dtype}")
+        g = self._graph(query.device)
+        B = query.shape[0]
+
+        def nodes(t: Tensor) -> Tensor:  # (B, C, nlat, nlon) -> (nlat * nlon, B, C)
+            return t.permute(2, 3, 0, 1).reshape(-1, B, t.shape[1])
+
+        xq = nodes(query)
+        xk = xq if key is query else nodes(key)
+        xv = xq if value is query else (xk if value is key else nodes(value))
+        q, k, v = self.project_qkv(xq, xk, xv)
+        log_w = self.log_quad_weights(g["quad_weights"], q.dtype)  # type: ignore[arg-type]
+        plan = g["plan"] if self.optimized_kernel else None
+        h, _ = self.attend(q, k, v, g["edge_index"], log_w, plan=plan)  # type: ignore[arg-type]
+        out = self.output_projection(h)  # (N_out, B, C_out)
+        return out.permute(1, 2, 0).reshape(B, self.out_channels, self.nlat_out, self.nlon_out)

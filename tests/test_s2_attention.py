@@ -1,0 +1,386 @@
+"""S^2 neighbourhood attention: parity with torch_harmonics.NeighborhoodAttentionS2 (0.9.3),
+an independent brute-force reference, equivariance, and PyG conventions."""
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+th = pytest.importorskip("torch_harmonics")
+from torch_harmonics import NeighborhoodAttentionS2  # noqa: E402
+
+from pyg_lie.nn import S2AttentionConv, S2NeighborhoodAttention  # noqa: E402
+from pyg_lie.nn._s2_kernels import _geodesic_radius_bruteforce, geodesic_neighbors  # noqa: E402
+from pyg_lie.nn.s2_neighborhood_attention import grid_graph, grid_points  # noqa: E402
+
+GRIDS = ["equiangular", "legendre-gauss", "lobatto", "equiangular-trapezoidal"]
+MODES = {"same": ((8, 16), (8, 16)), "down": ((12, 24), (6, 12)), "up": ((6, 12), (12, 24))}
+# (heads, use_qknorm, bias, in, k, out): together these cover 1/2/4 heads, qk-norm on/off,
+# bias on/off and unequal in/k/out widths
+CONFIGS = [(1, False, True, 4, 4, 4), (2, True, False, 6, 8, 4), (4, True, True, 8, 8, 12), (4, False, False, 4, 8, 8)]
+
+
+def _th(*args, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return NeighborhoodAttentionS2(*args, **kw)
+
+
+def _perturb(module, seed=0):
+    """Non-trivial biases and qk-norm gains so that every parameter matters."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if "bias" in name or "norm" in name:
+                p.copy_(0.2 * torch.randn(p.shape, generator=g))
+
+
+def _expand_th_neighbors(m) -> set:
+    """All (source, target) pairs of torch-harmonics' psi, expanded over longitudes.
+
+    Same/downsampling psi rows are output latitudes at output longitude 0, columns
+    ``hi * nlon_in + wi``, shifted by ``p * wo`` (p = nlon_in / nlon_out); upsampling psi
+    rows are input latitudes at input longitude 0, columns ``ho * nlon_out + wo``,
+    shifted by ``p * wi`` (p = nlon_out / nlon_in).
+    """
+    col, roff = m.psi_col_idx.long(), m.psi_roff_idx.long()
+    row = torch.repeat_interleave(torch.arange(roff.numel() - 1), roff[1:] - roff[:-1])
+    if not m.upsample:
+        p = m.nlon_in // m.nlon_out
+        hi, wi = col // m.nlon_in, col % m.nlon_in
+        wo = torch.arange(m.nlon_out)[:, None]
+        src = hi * m.nlon_in + (wi + p * wo) % m.nlon_in
+        dst = row * m.nlon_out + wo.expand_as(src)
+    else:
+        p = m.nlon_out // m.nlon_in
+        ho, wo = col // m.nlon_out, col % m.nlon_out
+        wi = torch.arange(m.nlon_in)[:, None]
+        dst = ho * m.nlon_out + (wo + p * wi) % m.nlon_out
+        src = row * m.nlon_in + wi.expand_as(dst)
+    return set(zip(src.reshape(-1).tolist(), dst.reshape(-1).tolist()))
+
+
+# ----------------------------------------------------------------------------- neighbourhoods
+@pytest.mark.parametrize("grid", GRIDS)
+@pytest.mark.parametrize("shapes", [((12, 24), (12, 24)), ((16, 32), (8, 16)), ((8, 16), (16, 32)),
+                                    ((32, 64), (32, 64))])
+def test_neighbour_sets_match_torch_harmonics(grid, shapes):
+    ins, outs = shapes
+    ref = _th(4, ins, outs, grid_in=grid, grid_out=grid)
+    ours = S2NeighborhoodAttention(4, ins, outs, grid_in=grid, grid_out=grid)
+    assert ours.theta_cutoff == ref.theta_cutoff
+    ei = grid_graph(ins, outs, grid, grid, ours.theta_cutoff)["edge_index"]
+    got = set(map(tuple, ei.t().tolist()))
+    assert len(got) == ei.shape[1]
+    assert got == _expand_th_neighbors(ref)
+
+
+def test_geodesic_neighbors_matches_bruteforce_and_is_sorted():
+    g = torch.Generator().manual_seed(1)
+    x = torch.nn.functional.normalize(torch.randn(300, 3, generator=g, dtype=torch.float64), dim=-1)
+    y = torch.nn.functional.normalize(torch.randn(200, 3, generator=g, dtype=torch.float64), dim=-1)
+    theta = 0.3
+    ei = geodesic_neighbors(x, y, theta)
+    # independent reference: angles via atan2(|x cross y|, x.y)
+    ang = torch.atan2(torch.linalg.cross(y[:, None], x[None], dim=-1).norm(dim=-1), y @ x.t())
+    ti, sj = torch.nonzero(ang <= theta, as_tuple=True)
+    assert set(map(tuple, ei.t().tolist())) == set(zip(sj.tolist(), ti.tolist()))
+    key = ei[1] * 300 + ei[0]
+    assert torch.all(key[1:] > key[:-1])
+    assert torch.equal(ei, _geodesic_radius_bruteforce(x, y, theta))
+
+
+# ----------------------------------------------------------------------------- parity
+# every grid x mode with two of the configurations, every configuration with every mode
+PARITY_CASES = [(grid, mode, (gi + mi + j) % len(CONFIGS)) for gi, grid in enumerate(GRIDS)
+                for mi, mode in enumerate(MODES) for j in (0, 2)]
+
+
+@pytest.mark.parametrize("grid, mode, cfg", PARITY_CASES)
+def test_parity_with_torch_harmonics(grid, mode, cfg):
+    heads, qkn, bias, cin, ck, cout = CONFIGS[cfg]
+    ins, outs = MODES[mode]
+    torch.manual_seed(cfg)
+    kw = dict(grid_in=grid, grid_out=grid, num_heads=heads, use_qknorm=qkn, bias=bias, k_channels=ck,
+              out_channels=cout)
+    ref = _th(cin, ins, outs, **kw)
+    _perturb(ref, cfg)
+    q = torch.randn(2, cin, *outs, requires_grad=True)
+    kx = torch.randn(2, cin, *ins, requires_grad=True)
+    vx = torch.randn(2, cin, *ins, requires_grad=True)
+    y_ref = ref(q, kx, vx)
+    w = torch.randn_like(y_ref)
+    g_ref = torch.autograd.grad((y_ref * w).sum(), [q, kx, vx] + list(ref.parameters()))
+    for optimized in (True, False):
+        ours = S2NeighborhoodAttention(cin, ins, outs, optimized_kernel=optimized, **kw)
+        ours.load_state_dict(ref.state_dict())
+        assert [n for n, _ in ours.named_parameters()] == [n for n, _ in ref.named_parameters()]
+        y = ours(q, kx, vx)
+        assert y.shape == (2, cout, *outs)
+        assert (y - y_ref).abs().max() < 1e-5
+        g = torch.autograd.grad((y * w).sum(), [q, kx, vx] + list(ours.parameters()))
+        for a, b in zip(g, g_ref):
+            assert (a - b).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_self_attention_default_key_value(mode):
+    ins, _ = MODES[mode]
+    ref = _th(4, ins, ins, num_heads=2)
+    ours = S2NeighborhoodAttention(4, ins, ins, num_heads=2)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(3, 4, *ins)
+    assert (ours(x) - ref(x)).abs().max() < 1e-5
+
+
+def test_state_dict_interchange_both_ways():
+    kw = dict(num_heads=2, use_qknorm=True, k_channels=8, out_channels=6)
+    ours = S2NeighborhoodAttention(4, (8, 16), (8, 16), **kw)
+    _perturb(ours, 3)
+    ref = _th(4, (8, 16), (8, 16), **kw)
+    ref.load_state_dict(ours.state_dict())  # strict
+    x = torch.randn(2, 4, 8, 16)
+    assert (ours(x) - ref(x)).abs().max() < 1e-5
+    ours2 = S2NeighborhoodAttention(4, (8, 16), (8, 16), **kw)
+    ours2.load_state_dict(ref.state_dict())
+    assert torch.equal(ours2(x), ours(x))
+    assert {k: v.shape for k, v in ours.state_dict().items()} == {k: v.shape for k, v in ref.state_dict().items()}
+
+
+def test_default_theta_cutoff_and_repr():
+    for ins, outs in MODES.values():
+        for grid in ("equiangular", "lobatto"):
+            a = _th(4, ins, outs, grid_in=grid, grid_out=grid)
+            b = S2NeighborhoodAttention(4, ins, outs, grid_in=grid, grid_out=grid)
+            assert b.theta_cutoff == a.theta_cutoff
+    assert "theta_cutoff" in repr(b) and "S2NeighborhoodAttention" in repr(b)
+
+
+def test_float64_end_to_end():
+    ref = _th(4, (12, 24), (6, 12), num_heads=2, use_qknorm=True)
+    _perturb(ref)
+    ours = S2NeighborhoodAttention(4, (12, 24), (6, 12), num_heads=2, use_qknorm=True)
+    ours.load_state_dict(ref.state_dict())
+    ours = ours.double()
+    q = torch.randn(2, 4, 6, 12, dtype=torch.float64, requires_grad=True)
+    kv = torch.randn(2, 4, 12, 24, dtype=torch.float64, requires_grad=True)
+    y = ours(q, kv, kv)
+    assert y.dtype == torch.float64
+    y.sum().backward()
+    assert q.grad.dtype == torch.float64 and ours.q_weights.grad.dtype == torch.float64
+    assert (y.float() - ref(q.float(), kv.float(), kv.float())).abs().max() < 1e-5
+    # the fused and message-passing paths agree to float64 precision
+    ours.optimized_kernel = False
+    assert (ours(q, kv, kv) - y).abs().max() < 1e-12
+
+
+def test_gradcheck_float64():
+    g = torch.Generator().manual_seed(4)
+    pos = torch.nn.functional.normalize(torch.randn(12, 3, generator=g, dtype=torch.float64), dim=-1)
+    ei = geodesic_neighbors(pos, pos, 1.0)
+    conv = S2AttentionConv(3, 4, heads=2, k_channels=4, use_qknorm=True).double()
+    _perturb(conv)
+    x = torch.randn(12, 3, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(12, dtype=torch.float64) + 0.5
+    plan = conv.build_plan(ei, 12, 12)
+    assert torch.autograd.gradcheck(lambda t: conv(t, ei, quad_weights=w), (x,))
+    assert torch.autograd.gradcheck(lambda t: conv(t, ei, quad_weights=w, plan=plan), (x,))
+
+
+# ----------------------------------------------------------------------------- equivariance
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("optimized", [True, False])
+def test_longitude_shift_commutes_exactly(mode, optimized):
+    ins, outs = MODES[mode]
+    m = S2NeighborhoodAttention(4, ins, outs, grid_in="legendre-gauss", grid_out="legendre-gauss", num_heads=2,
+                                use_qknorm=True, optimized_kernel=optimized)
+    _perturb(m)
+    q = torch.randn(2, 4, *outs)
+    kv = torch.randn(2, 4, *ins)
+    step_out = 3
+    step_in = step_out * ins[1] // outs[1] if ins[1] >= outs[1] else step_out
+    if ins[1] < outs[1]:
+        step_out = step_in * outs[1] // ins[1]
+    y = m(q, kv, kv)
+    ys = m(torch.roll(q, step_out, -1), torch.roll(kv, step_in, -1), torch.roll(kv, step_in, -1))
+    if optimized:
+        assert torch.equal(ys, torch.roll(y, step_out, -1))
+    else:
+        assert (ys - torch.roll(y, step_out, -1)).abs().max() < 1e-6
+
+
+def _random_rotation(g):
+    A = torch.randn(3, 3, generator=g, dtype=torch.float64)
+    Q, R = torch.linalg.qr(A)
+    Q = Q * torch.sign(torch.diagonal(R))
+    if torch.det(Q) < 0:
+        Q[:, 0] = -Q[:, 0]
+    return Q
+
+
+def test_scattered_points_rotation_invariance():
+    g = torch.Generator().manual_seed(0)
+    N, theta = 400, 0.35
+    pos = torch.nn.functional.normalize(torch.randn(N, 3, generator=g, dtype=torch.float64), dim=-1)
+    w = 4 * math.pi / N * (0.5 + torch.rand(N, generator=g, dtype=torch.float64))
+    x = torch.randn(N, 5, generator=g, dtype=torch.float64)
+    conv = S2AttentionConv(5, 6, heads=2, k_channels=4, use_qknorm=True).double()
+    _perturb(conv)
+    ei = geodesic_neighbors(pos, pos, theta)
+    y = conv(x, ei, quad_weights=w)
+    R = _random_rotation(g)
+    perm = torch.randperm(N, generator=g)
+    pos_r = (pos @ R.t())[perm]
+    ei_r = geodesic_neighbors(pos_r, pos_r, theta)
+    y_r = conv(x[perm], ei_r, quad_weights=w[perm])
+    assert (y_r - y[perm]).abs().max() < 1e-12
+    # the layer sees geometry only through the graph: neighbourhoods are rotation invariant
+    inv = torch.empty_like(perm)
+    inv[perm] = torch.arange(N)
+    assert set(map(tuple, perm[ei_r].t().tolist())) == set(map(tuple, ei.t().tolist()))
+
+
+# ----------------------------------------------------------------------------- graph-level layer
+def _dense_reference(conv, x_src, x_dst, ei, w):
+    """Independent float64 loop over targets (no PyG, no scatter)."""
+    H = conv.heads
+    q, k, v = conv.project_qkv(x_dst, x_src, x_src)
+    out = torch.zeros(x_dst.shape[0], H, v.shape[-1], dtype=x_dst.dtype)
+    for i in range(x_dst.shape[0]):
+        nb = ei[0, ei[1] == i]
+        if nb.numel() == 0:
+            continue
+        s = torch.einsum("hd,nhd->nh", q[i], k[nb]) + torch.log(w[nb])[:, None]
+        a = torch.exp(s - s.max(0).values)
+        a = a / a.sum(0)
+        out[i] = torch.einsum("nh,nhd->hd", a, v[nb])
+    return conv.output_projection(out)
+
+
+def test_conv_matches_dense_reference_bipartite_and_plan():
+    g = torch.Generator().manual_seed(5)
+    pos_s = torch.nn.functional.normalize(torch.randn(120, 3, generator=g, dtype=torch.float64), dim=-1)
+    pos_t = torch.nn.functional.normalize(torch.randn(50, 3, generator=g, dtype=torch.float64), dim=-1)
+    w = torch.rand(120, generator=g, dtype=torch.float64) + 0.1
+    xs = torch.randn(120, 3, generator=g, dtype=torch.float64)
+    xt = torch.randn(50, 3, generator=g, dtype=torch.float64)
+    ei = geodesic_neighbors(pos_s, pos_t, 0.4)
+    ei = ei[:, torch.randperm(ei.shape[1], generator=g)]  # any edge order
+    conv = S2AttentionConv(3, 8, heads=4, k_channels=4, use_qknorm=True).double()
+    _perturb(conv)
+    ref = _dense_reference(conv, xs, xt, ei, w)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        y, (ei_out, alpha) = conv((xs, xt), ei, quad_weights=w, return_attention_weights=True)
+        plan = conv.build_plan(ei, 120, 50)
+        y2, (_, alpha2) = conv((xs, xt), ei, quad_weights=w, plan=plan, return_attention_weights=True)
+    assert torch.equal(ei_out, ei)
+    assert (y - ref).abs().max() < 1e-12 and (y2 - ref).abs().max() < 1e-12
+    assert alpha.shape == (ei.shape[1], 4) and (alpha - alpha2).abs().max() < 1e-12
+    sums = torch.zeros(50, 4, dtype=torch.float64).index_add_(0, ei[1], alpha)
+    has = torch.bincount(ei[1], minlength=50) > 0
+    assert torch.allclose(sums[has], torch.ones_like(sums[has]))
+
+
+def test_conv_batched_features_equal_per_sample():
+    g = torch.Generator().manual_seed(2)
+    pos = torch.nn.functional.normalize(torch.randn(60, 3, generator=g), dim=-1)
+    ei = geodesic_neighbors(pos, pos, 0.5)
+    conv = S2AttentionConv(4, heads=2)
+    x = torch.randn(60, 3, 4, generator=g)
+    y = conv(x, ei)
+    for b in range(3):
+        assert (y[:, b] - conv(x[:, b], ei)).abs().max() < 1e-6
+
+
+def test_empty_neighbourhoods_zero_and_warn():
+    # a tiny cutoff leaves output points between input rings without neighbours: torch-harmonics gives NaN
+    kw = dict(grid_in="legendre-gauss", grid_out="legendre-gauss", num_heads=2, theta_cutoff=0.1)
+    ref = _th(4, (12, 24), (6, 12), **kw)
+    _perturb(ref)
+    with pytest.warns(RuntimeWarning, match="no neighbour"):
+        ours = S2NeighborhoodAttention(4, (12, 24), (6, 12), **kw)
+    ours.load_state_dict(ref.state_dict())
+    q, kv = torch.randn(2, 4, 6, 12), torch.randn(2, 4, 12, 24)
+    y_ref = ref(q, kv, kv)
+    for optimized in (True, False):
+        ours.optimized_kernel = optimized
+        with pytest.warns(RuntimeWarning, match="no neighbour"):
+            y = ours(q, kv, kv)
+        assert torch.isfinite(y).all()
+        empty = torch.isnan(y_ref)
+        assert empty.any() and (~empty).any()
+        bias = ours.proj_bias.view(1, -1, 1, 1).expand_as(y)
+        assert torch.equal(y[empty], bias[empty])
+        assert (y[~empty] - y_ref[~empty]).abs().max() < 1e-5
+        y.sum().backward()
+        assert all(torch.isfinite(p.grad).all() for p in ours.parameters())
+        ours.zero_grad()
+
+
+def test_conv_isolated_target_zero_before_projection():
+    conv = S2AttentionConv(3, 4, heads=2, k_channels=4)
+    _perturb(conv)
+    x = torch.randn(5, 3)
+    ei = torch.tensor([[0, 1, 2], [1, 1, 2]])
+    with pytest.warns(RuntimeWarning, match="3 of 5"):
+        y = conv(x, ei, quad_weights=torch.ones(5))
+    for i in (0, 3, 4):
+        assert torch.equal(y[i], conv.proj_bias)
+
+
+# ----------------------------------------------------------------------------- errors and PyG
+def test_errors():
+    with pytest.raises(ValueError, match="nlon_in"):
+        _th(4, (8, 24), (8, 16))
+    with pytest.raises(ValueError, match=r"either nlon_in \(24\) must be an integer multiple of nlon_out \(16\)"):
+        S2NeighborhoodAttention(4, (8, 24), (8, 16))
+    with pytest.raises(ValueError, match="grid_in"):
+        S2NeighborhoodAttention(4, (8, 16), (8, 16), grid_in="healpix")
+    with pytest.raises(ValueError, match="theta_cutoff"):
+        S2NeighborhoodAttention(4, (8, 16), (8, 16), theta_cutoff=-1.0)
+    with pytest.raises(ValueError, match="k_channels"):
+        S2NeighborhoodAttention(4, (8, 16), (8, 16), num_heads=3)
+    m = S2NeighborhoodAttention(4, (8, 16), (4, 8))
+    with pytest.raises(ValueError, match="query"):
+        m(torch.randn(2, 4, 8, 16))  # self-attention needs equal grids
+    with pytest.raises(ValueError, match="key"):
+        m(torch.randn(2, 4, 4, 8), torch.randn(2, 4, 8, 8), torch.randn(2, 4, 8, 16))
+    with pytest.raises(ValueError, match="query"):
+        m(torch.randn(4, 4, 8))
+    conv = S2AttentionConv(3)
+    with pytest.raises(ValueError, match="x_src"):
+        conv(torch.randn(5, 4), torch.zeros(2, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="quad_weights"):
+        conv(torch.randn(5, 3), torch.zeros(2, 0, dtype=torch.long), quad_weights=torch.ones(4))
+
+
+def test_pyg_conventions():
+    from torch_geometric.nn import Sequential
+
+    conv = S2AttentionConv(4, 8, heads=2, use_qknorm=True)
+    assert repr(conv) == "S2AttentionConv(4, 8, heads=2, k_channels=4, use_qknorm=True)"
+    assert conv.node_dim == 0
+    pos = torch.nn.functional.normalize(torch.randn(30, 3), dim=-1)
+    ei = geodesic_neighbors(pos, pos, 0.6)
+    model = Sequential("x, edge_index, w", [(conv, "x, edge_index, w -> x"), torch.nn.ReLU()])
+    y = model(torch.randn(30, 4), ei, torch.full((30,), 4 * math.pi / 30))
+    assert y.shape == (30, 8)
+    before = conv.q_weights.detach().clone()
+    conv.reset_parameters()
+    assert not torch.equal(before, conv.q_weights)
+
+
+def test_torch_compile_fullgraph_no_graph_breaks():
+    conv = S2AttentionConv(4, 4, heads=2, warn_isolated=False)
+    pos = torch.nn.functional.normalize(torch.randn(40, 3), dim=-1)
+    ei = geodesic_neighbors(pos, pos, 0.6)
+    x, w = torch.randn(40, 4), torch.rand(40) + 0.5
+    compiled = torch.compile(conv, backend="eager", fullgraph=True)
+    assert (compiled(x, ei, quad_weights=w) - conv(x, ei, quad_weights=w)).abs().max() < 1e-6
+    grid = S2NeighborhoodAttention(4, (6, 12), (6, 12), num_heads=2)
+    xg = torch.randn(2, 4, 6, 12)
+    compiled_grid = torch.compile(grid, backend="eager", fullgraph=True)
+    assert (compiled_grid(xg) - grid(xg)).abs().max() < 1e-6

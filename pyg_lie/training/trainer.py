@@ -34,7 +34,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Optional[
         progress: bool = True, grad_clip: Optional[float] = None,
         scheduler_per_batch: bool = False, checkpoint_every: int = 1, eval_every: int = 1,
         extra: Optional[Dict[str, Any]] = None, desc: str = "train",
-        stop_after: Optional[int] = None) -> List[Dict[str, float]]:
+        stop_after: Optional[int] = None,
+        loader_kwargs: Optional[Dict[str, Any]] = None) -> List[Dict[str, float]]:
     """Train for ``epochs`` epochs (continuing from ``resume`` if given).
 
     Args:
@@ -56,13 +57,14 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Optional[
         extra: stored in the checkpoint (e.g. the command-line arguments).
         stop_after: run at most this many epochs in this call (a time-boxed job);
             a checkpoint is written when stopping, continue with ``resume``.
+        loader_kwargs: extra keyword arguments of ``loader_cls`` (e.g. ``num_workers``).
 
     Returns:
         The metric rows (on every rank; only rank 0 writes them).
     """
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
-    loader = train_loader(train_set, batch_size, env, seed=seed, loader_cls=loader_cls)
+    loader = train_loader(train_set, batch_size, env, seed=seed, loader_cls=loader_cls, **(loader_kwargs or {}))
     logger = MetricsLogger(out_dir, env, resume=resume is not None)
     ckpt_path = os.path.join(out_dir, "checkpoint.pt")
     start = 0

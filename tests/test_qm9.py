@@ -1,0 +1,94 @@
+"""QM9 inputs, targets, splits and the offline pipeline through PyG's real QM9 class."""
+import json
+import os
+
+import pytest
+import torch
+
+from pyg_lie.datasets.qm9 import (QM9_SIZE, QM9Transform, cormorant_split, pyg_split, write_synthetic_raw)
+
+
+def test_transform_features_and_units():
+    from torch_geometric.data import Data
+    y = torch.arange(19, dtype=torch.float32).unsqueeze(0) / 10
+    data = Data(z=torch.tensor([1, 6, 9]), pos=torch.randn(3, 3), y=y,
+                edge_index=torch.tensor([[0, 1], [1, 0]]), x=torch.zeros(3, 11), name="gdb_1")
+    out = QM9Transform("HOMO")(data)
+    assert out.x.shape == (3, 15) and "edge_index" not in out and "name" not in out
+    # C occupies block 1 with [1, c, c^2], c = 6/9; every other block is zero
+    torch.testing.assert_close(out.x[1].view(5, 3)[1], torch.tensor([1.0, 6 / 9, 36 / 81]))
+    assert out.x[1].view(5, 3)[[0, 2, 3, 4]].abs().sum() == 0
+    torch.testing.assert_close(out.x[0].view(5, 3)[0], torch.tensor([1.0, 1 / 9, 1 / 81]))
+    torch.testing.assert_close(out.y, torch.tensor([[200.0]]))  # 0.2 eV -> 200 meV
+    t = QM9Transform("U0")
+    assert (t.column, t.unit) == (12, "meV")  # atomization energy, as Cormorant / the paper
+    assert QM9Transform("mu").unit == "D" and QM9Transform(2).name == "homo"
+    assert data.y.shape == (1, 19)  # the input is not modified
+    with pytest.raises(ValueError, match="target"):
+        QM9Transform("nope")
+    with pytest.raises(ValueError, match="atomic numbers"):
+        QM9Transform("homo").features(torch.tensor([1, 17]))
+
+
+def test_splits():
+    s = cormorant_split()
+    assert [len(s[k]) for k in ("train", "valid", "test")] == [100_000, 17_748, 13_083]
+    allidx = torch.cat(list(s.values()))
+    assert len(allidx.unique()) == QM9_SIZE == len(allidx)
+    assert torch.equal(cormorant_split()["test"], s["test"])  # fixed permutation
+    assert not torch.equal(cormorant_split(seed=1)["test"], s["test"])
+    p = pyg_split()
+    assert [len(p[k]) for k in ("train", "valid", "test")] == [110_831, 10_000, 10_000]
+    small = cormorant_split(40)
+    assert sum(len(v) for v in small.values()) == 40 and len(small["test"]) == 4
+
+
+def test_offline_pipeline_end_to_end(tmp_path):
+    """A synthetic raw/qm9_v3.pt is processed by PyG's own QM9 and the CLI trains and tests on it."""
+    from torch_geometric.datasets import QM9
+    root = str(tmp_path / "qm9")
+    path = write_synthetic_raw(root, 30, seed=0)
+    raw = torch.load(path, weights_only=True)  # the format PyG reads without rdkit
+    assert set(raw[0]) == {"x", "edge_index", "edge_attr", "y", "pos", "z", "name", "idx"}
+    assert raw[0]["y"].shape == (1, 19) and raw[0]["x"].shape[1] == 11
+    ds = QM9(root, transform=QM9Transform("gap"))
+    assert len(ds) == 30 and os.path.isfile(os.path.join(root, "processed", "data_v3.pt"))
+    d = ds[3]
+    assert d.x.shape == (raw[3]["z"].numel(), 15) and d.y.shape == (1, 1)
+    torch.testing.assert_close(d.y, raw[3]["y"][:, 4:5] * 1000)
+    torch.testing.assert_close(d.pos, raw[3]["pos"])
+
+    pytest.importorskip("pyg_lie.models.lie_transformer")
+    from pyg_lie.cli import build_parser
+    from pyg_lie.experiments import qm9
+    out = str(tmp_path / "run")
+    argv = ["train", "qm9", "--root", str(tmp_path / "syn"), "--synthetic", "24", "--target", "U0", "--epochs", "2",
+            "--batch-size", "8", "--hidden", "8", "--layers", "1", "--heads", "2", "--no-progress",
+            "--device", "cpu", "--out", out]
+    assert qm9.main(build_parser(argv).parse_args(argv)) == 0
+    summary = json.load(open(os.path.join(out, "summary.json")))
+    assert summary["unit"] == "meV" and summary["paper_test_mae"]["SE3"] == 26
+    assert torch.isfinite(torch.tensor(summary["test_mae"])) and summary["n_train"] == 18
+    assert os.path.isfile(os.path.join(out, "learning_curves.png"))
+    assert os.path.isfile(os.path.join(out, "checkpoint.pt"))
+    # --synthetic never overwrites real data
+    os.remove(os.path.join(str(tmp_path / "syn"), "raw", ".synthetic"))
+    with pytest.raises(ValueError, match="not synthetic"):
+        qm9.main(build_parser(argv).parse_args(argv))
+
+
+def test_qm9_model_invariance():
+    pytest.importorskip("pyg_lie.models.lie_transformer")
+    import argparse
+    from pyg_lie.experiments.qm9 import build_model
+    torch.manual_seed(0)
+    args = argparse.Namespace(group="T3", hidden=8, layers=1, heads=2, lift_samples=None, radius=None,
+                              max_neighbors=None, normalization="softmax")
+    model = build_model(args, 15).double().eval()
+    z = torch.tensor([6, 1, 1, 8, 7, 1])
+    x = QM9Transform().features(z).double()
+    pos = torch.randn(6, 3, dtype=torch.float64)
+    batch = torch.tensor([0, 0, 0, 1, 1, 1])
+    a = model(x, pos, batch)
+    b = model(x, pos + torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64), batch)
+    torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)

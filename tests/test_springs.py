@@ -153,8 +153,22 @@ def test_lie_transformer_potential(group, angle):
     z = torch.stack([ds[i]["z"] for i in range(2)])
     m = torch.stack([ds[i]["m"] for i in range(2)])
     k = torch.stack([ds[i]["k"] for i in range(2)])
-    loss = rollout_mse(model(z[:, 0], m, k, num_steps=2, dt=ds.dt), z[:, :3]).mean()
-    loss.backward()
+    def loss_fn():
+        return rollout_mse(model(z[:, 0], m, k, num_steps=2, dt=ds.dt), z[:, :3]).mean()
+
+    loss_fn().backward()
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert len(grads) > 0 and all(torch.isfinite(gr).all() for gr in grads)
     assert sum(gr.abs().sum() for gr in grads) > 0
+    # second derivatives through attention, kernel MLP and log map: check against finite differences
+    w = next(p for p in model.parameters() if p.grad is not None and p.dim() == 2 and p.grad.abs().max() > 0)
+    idx = tuple(int(i) for i in (w.grad.abs() == w.grad.abs().max()).nonzero()[0])
+    eps = 1e-6
+    with torch.no_grad():
+        w[idx] += eps
+        lp = loss_fn().item()
+        w[idx] -= 2 * eps
+        lm = loss_fn().item()
+        w[idx] += eps
+    fd = (lp - lm) / (2 * eps)
+    assert abs(fd - w.grad[idx].item()) <= 1e-5 * max(1e-3, abs(fd)), (fd, w.grad[idx].item())

@@ -76,6 +76,10 @@ KDTREE_GROUP = 4096
 #: Number of distance-matrix entries one ``cdist`` chunk may hold.
 CDIST_CHUNK_ELEMENTS = 1 << 22
 
+#: Consecutive small graphs share one masked ``cdist`` block while it holds at
+#: most this many entries (the cross-graph entries are wasted work).
+CDIST_GROUP_ELEMENTS = 1 << 16
+
 #: First ``max_num_neighbors`` bound passed to torch-cluster, per device type
 #: (its CUDA kernel allocates ``N_y * max_num_neighbors`` slots; on CPU the
 #: largest graph size is passed at once). Targets that fill the bound are
@@ -314,9 +318,13 @@ def _search(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor], batch_y: 
         d2 = torch.cat(parts_d) if d2 is not None else None
 
     # canonical order (target, source)
-    order = torch.sort(tgt * nx + src).indices
+    key = tgt * nx + src
+    if k is None:  # sorting the keys alone is cheaper than sorting indices and gathering
+        key = torch.sort(key).values
+        return torch.stack([key % nx, torch.div(key, nx, rounding_mode="floor")])
+    order = torch.sort(key).indices
     src, tgt = src[order], tgt[order]
-    if k is not None and src.numel():
+    if src.numel():
         d2 = d2[order]
         # nearest first, ties by source index: stable sorts on (d2) then (target)
         o = torch.sort(d2, stable=True).indices
@@ -461,7 +469,7 @@ def _cand_cdist(xs: Tensor, ys: Tensor, gxs: Tensor, gys: Tensor, num_graphs: in
     while g < num_graphs:
         h = g + 1
         while (h < num_graphs and (ptr_x[h + 1] - ptr_x[g]) * (ptr_y[h + 1] - ptr_y[g])
-               <= CDIST_CHUNK_ELEMENTS):
+               <= CDIST_GROUP_ELEMENTS):
             h += 1
         block(ptr_x[g], ptr_x[h], ptr_y[g], ptr_y[h], mixed=h > g + 1)
         g = h

@@ -163,6 +163,7 @@ def test_kdtree_tree_grouping(monkeypatch, group):
 
 def test_cdist_small_chunks(monkeypatch):
     monkeypatch.setattr(nb, "CDIST_CHUNK_ELEMENTS", 1000)
+    monkeypatch.setattr(nb, "CDIST_GROUP_ELEMENTS", 1000)
     pos, batch = random_cloud(300, 2, 20, torch.float32, seed=9, scale=3.0)
     pos = torch.cat([pos, torch.rand(200, 2) * 3])  # one big graph split into row chunks
     batch = torch.cat([batch, torch.full((200,), 99)])
@@ -251,6 +252,41 @@ def test_geodesic_theta_pi_gives_all_pairs(backend):
     e = geodesic_radius(x, x[:1], 10.0, max_num_neighbors=2, backend=backend)
     check(e, torch.tensor([[0, 2], [0, 0]]))  # nearest two: itself, then the equator point
     assert geodesic_radius(x, x, 0.0, backend=backend).size(1) == 3
+
+
+def _th_grid(nlat, nlon, grid):
+    from torch_harmonics.quadrature import precompute_latitudes, precompute_longitudes
+    th, _ = precompute_latitudes(nlat, grid=grid)
+    ph = precompute_longitudes(nlon)
+    T, P = torch.meshgrid(torch.as_tensor(th, dtype=torch.float64),
+                          torch.as_tensor(ph, dtype=torch.float64), indexing="ij")
+    return torch.stack([T.sin() * P.cos(), T.sin() * P.sin(), T.cos()], -1).reshape(-1, 3)
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shapes", [((16, 32), (16, 32), "equiangular", "equiangular"),
+                                    ((16, 32), (8, 16), "equiangular", "legendre-gauss"),
+                                    ((12, 24), (12, 24), "legendre-gauss", "legendre-gauss")])
+def test_geodesic_matches_torch_harmonics_pattern(backend, shapes):
+    """The S^2 attention's use: neighbours of the output points at longitude 0, as torch-harmonics."""
+    pytest.importorskip("torch_harmonics")
+    try:  # private helper of torch-harmonics 0.9.3 that builds the attention sparsity pattern
+        from torch_harmonics.disco.convolution import _precompute_convolution_tensor_s2
+        from torch_harmonics.filter_basis import get_filter_basis
+        from torch_harmonics.quadrature import compute_theta_cutoff, effective_theta_cutoff
+    except ImportError:
+        pytest.skip("torch-harmonics internals changed")
+    ins, outs, gi, go = shapes
+    tc = compute_theta_cutoff(outs[0], grid=go)
+    idx, _, _ = _precompute_convolution_tensor_s2(
+        ins, outs, get_filter_basis(kernel_shape=1, basis_type="zernike"), grid_in=gi, grid_out=go,
+        theta_cutoff=tc, basis_norm_mode="none", merge_quadrature=True)
+    expected = {(int(j), int(i)) for i, j in zip(idx[1], idx[2])}
+    x, y = _th_grid(*ins, gi), _th_grid(*outs, go)[:: outs[1]]
+    for dtype in (torch.float32, torch.float64):
+        e = geodesic_radius(x.to(dtype), y.to(dtype), effective_theta_cutoff(tc), backend=backend)
+        assert {(int(a), int(b)) for a, b in e.t()} == expected
 
 
 # ----------------------------------------------------------------- errors

@@ -4,8 +4,10 @@ For each total size ``N`` the points are split into ``--graphs`` graphs of
 uniform points in a cube of unit density (side ``(N / graphs)^(1/d)``), and the
 radius is the one whose ball holds ``--degree`` points on average, so the edge
 count grows linearly with ``N``. Every backend runs ``--repeat`` times; the
-table shows the median wall time, the number of edges, and the ratio to the
-fastest backend at that size. Edge sets are checked to be identical.
+table shows the median and minimum wall time, the median process CPU time
+(less sensitive to other jobs on a shared machine when ``--threads 1``), the
+number of edges, and the ratio of median wall times to the fastest backend.
+Backends run round robin; their edge sets are checked to be identical.
 ``cdist`` is skipped when its extrapolated time exceeds ``--max-seconds``.
 """
 from __future__ import annotations
@@ -14,7 +16,7 @@ import argparse
 import math
 import statistics
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import torch
 
@@ -62,15 +64,13 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def time_backend(pos, batch, r, backend, repeat, device):
-    times, e = [], None
-    for _ in range(repeat):
-        _sync(device)
-        t = time.perf_counter()
-        e = nb.radius_graph(pos, r, batch, backend=backend)
-        _sync(device)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), e
+def time_once(pos, batch, r, backend, device):
+    """One call: (wall seconds, process CPU seconds, edge_index)."""
+    _sync(device)
+    t, c = time.perf_counter(), time.process_time()
+    e = nb.radius_graph(pos, r, batch, backend=backend)
+    _sync(device)
+    return time.perf_counter() - t, time.process_time() - c, e
 
 
 def cdist_estimate(pos, batch, r, device) -> float:
@@ -127,31 +127,41 @@ def main(args: argparse.Namespace) -> int:
     for b in backends:
         nb.radius_graph(wpos, r, wbatch, backend=b)
 
-    header = f"{'N':>8}  {'backend':<14} {'median':>12} {'edges':>10} {'vs fastest':>10}"
+    header = (f"{'N':>8}  {'backend':<14} {'median':>11} {'min':>11} {'CPU median':>11} "
+              f"{'edges':>10} {'vs fastest':>10}")
     print(header)
     print("-" * len(header))
     for n in args.sizes:
         pos, batch = make_cloud(n, args.graphs, args.dim, dtype, args.device, args.seed)
-        rows: Dict[str, Optional[tuple]] = {}
-        ref = None
+        run = []
+        skipped = []
         for b in backends:
-            if b == "cdist":
-                est = cdist_estimate(pos, batch, r, args.device)
-                if est > args.max_seconds:
-                    rows[b] = None
-                    continue
-            t, e = time_backend(pos, batch, r, b, args.repeat, args.device)
-            if ref is None:
-                ref = e
-            elif not torch.equal(ref, e):
-                raise RuntimeError(f"backend {b} disagrees with {backends[0]} at N={n}")
-            rows[b] = (t, e.size(1))
-        best = min(v[0] for v in rows.values() if v is not None)
-        for b, v in rows.items():
-            if v is None:
-                print(f"{n:>8}  {b:<14} {'skipped (too slow)':>34}")
+            if b == "cdist" and cdist_estimate(pos, batch, r, args.device) > args.max_seconds:
+                skipped.append(b)
             else:
-                print(f"{n:>8}  {b:<14} {v[0] * 1e3:>9.2f} ms {v[1]:>10} {v[0] / best:>9.2f}x")
+                run.append(b)
+        wall: Dict[str, List[float]] = {b: [] for b in run}
+        cpu: Dict[str, List[float]] = {b: [] for b in run}
+        edges: Dict[str, int] = {}
+        ref = None
+        for _ in range(args.repeat):  # round robin, so load changes hit every backend alike
+            for b in run:
+                w, c, e = time_once(pos, batch, r, b, args.device)
+                wall[b].append(w)
+                cpu[b].append(c)
+                if ref is None:
+                    ref = e
+                elif not torch.equal(ref, e):
+                    raise RuntimeError(f"backend {b} disagrees with {run[0]} at N={n}")
+                edges[b] = e.size(1)
+        med = {b: statistics.median(wall[b]) for b in run}
+        best = min(med.values()) if med else float("nan")
+        for b in backends:
+            if b in skipped:
+                print(f"{n:>8}  {b:<14} {'skipped (too slow)':>35}")
+                continue
+            print(f"{n:>8}  {b:<14} {med[b] * 1e3:>8.1f} ms {min(wall[b]) * 1e3:>8.1f} ms "
+                  f"{statistics.median(cpu[b]) * 1e3:>8.1f} ms {edges[b]:>10} {med[b] / best:>9.2f}x")
         if args.kdtree_methods and torch.device(args.device).type == "cpu":
             m = kdtree_methods(pos, batch, r)
             print("          scipy on one graph: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in m.items()))

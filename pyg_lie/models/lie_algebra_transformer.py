@@ -1,0 +1,511 @@
+r"""Transformers whose tokens are group elements (Musialski, arXiv 2606.20547).
+
+:class:`LieAlgebraTransformer` (models *G* and *C* of the paper) stacks
+:class:`~pyg_lie.nn.LieAlgebraAttention` layers; :class:`VectorTokenTransformer`
+(model *A*) is the same transformer with ordinary vector tokens (flattened
+matrices) and scaled dot-product attention, which is *not* equivariant.
+
+Architecture (identical for all three models, paper: 3 layers, 4 heads, hidden 32)::
+
+    h^0_i = t (+ W_x x_i)                       t: learned constant (G, C)
+    h^0_i = t + W_g vec(g_i) (+ W_x x_i)         (A)
+    for each layer:  h <- LN(h + W_O Attn(h))
+                     h <- LN(h + FFN(h))        FFN: Linear-GELU-Linear (2x width)
+    delta_i = W_delta h_i + sum_j gamma(h_i, h_j) w_ij   in the algebra (per-token output)
+    p_i     = g_i exp(delta_i)                  (N, m, m)
+
+Initial hidden states (G, C): tokens carry no payload, so every token starts from
+the *same* learned vector ``t``; all geometry enters through ``w_ij`` in the
+scores and the value pathway, hence every ``h`` is invariant. An optional
+invariant node feature ``x (N, in_channels)`` (beyond the paper: e.g. residue or
+link types of frames in a point cloud) is added through a linear map; it must be
+invariant for the model to stay equivariant.
+
+The relative term ``sum_j gamma_ij w_ij`` (``gamma``: a small MLP on
+``[h_i ; h_j]``, zero-initialised) expresses the correction in the tokens' own
+relative poses, so its scale follows the data exactly (A has no ``w_ij`` and uses
+``W_delta h_i`` only). ``delta_i`` is invariant, so the output is equivariant.
+
+Completion head (equivariant): every token ``i`` proposes the missing element
+``p_i = g_i exp(delta_i)`` *relative to itself*. An invariant confidence
+``c_i = W_c h_i`` gives pooling weights ``a_i = softmax_{i in seq} c_i``; the
+anchor ``r`` of a sequence is its token of largest weight and the prediction is
+the one-step weighted Frechet mean around it,
+
+.. math:: \hat g = p_r \exp\Big(\sum_i a_i \log(p_r^{-1} p_i)\Big).
+
+Under ``g_k -> b g_k`` all ``h``, ``delta``, ``a`` and ``p_r^{-1} p_i`` are
+invariant and ``p_i -> b p_i``, so ``\hat g -> b \hat g``: the model is exactly
+equivariant (for A the features are not invariant, so it is not). The relative
+poses of the outputs ``p_i^{-1} p_j = exp(-delta_i) g_i^{-1} g_j exp(delta_j)``
+satisfy the cocycle condition by construction.
+
+Relative logs ``w_ij`` are computed once per forward
+(:func:`pyg_lie.nn.lie_algebra_attention.relative_log`) and shared by all layers.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Optional, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.nn.conv import MessagePassing
+from torch_geometric.utils import scatter, softmax
+
+from ..groups import LieGroup, get_group
+from ..nn.attention_core import edge_attention
+from ..nn.lie_algebra_attention import LieAlgebraAttention, chart_safe_log, relative_log
+
+__all__ = ["LieAlgebraTransformer", "VectorTokenTransformer", "VectorTokenAttention",
+           "LieAlgebraOutput", "complete_graph", "log_knn_graph", "log_radius_graph",
+           "pose_error", "equivariance_error", "completion_loss", "build_model"]
+
+
+# ----------------------------------------------------------------- graphs
+def _check_batch(batch: Tensor, N: int) -> Tensor:
+    if batch.shape != (N,):
+        raise ValueError(f"batch must have shape (N,) = ({N},), got {tuple(batch.shape)}")
+    if N > 1 and bool((batch[1:] < batch[:-1]).any()):
+        raise ValueError("batch must be sorted (PyG convention: nodes of a graph are contiguous); "
+                         "sort the nodes by batch first")
+    return batch.long()
+
+
+def complete_graph(batch: Tensor, self_loops: bool = True) -> Tensor:
+    r"""All ordered pairs ``j -> i`` within each sequence, ``(2, sum_b n_b^2)``.
+
+    Args:
+        batch: ``(N,)`` sorted graph index of each node.
+        self_loops: include ``i -> i`` (``w_ii = 0``).
+    """
+    N = batch.numel()
+    batch = _check_batch(batch, N)
+    if N == 0:
+        return torch.empty(2, 0, dtype=torch.long, device=batch.device)
+    counts = torch.bincount(batch)
+    ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+    deg = counts[batch]  # (N,)
+    dst = torch.repeat_interleave(torch.arange(N, device=batch.device), deg)
+    start = torch.repeat_interleave(deg.cumsum(0) - deg, deg)
+    src = ptr[batch[dst]] + torch.arange(dst.numel(), device=batch.device) - start
+    ei = torch.stack([src, dst])
+    if not self_loops:
+        ei = ei[:, ei[0] != ei[1]]
+    return ei
+
+
+def _pairwise_log_norm(group: LieGroup, g_dst: Tensor, g_src: Tensor, chart: str) -> Tensor:
+    """``||log(g_i^-1 g_j)||`` for all pairs, ``(n_dst, n_src)``; inf outside the chart."""
+    nd, ns = g_dst.shape[0], g_src.shape[0]
+    rel = group.between(g_dst[:, None].expand(nd, ns, *g_dst.shape[1:]).reshape(-1, *g_dst.shape[1:]),
+                        g_src[None].expand(nd, ns, *g_src.shape[1:]).reshape(-1, *g_src.shape[1:]))
+    w, valid = chart_safe_log(group, rel, chart, what="candidate pair")
+    d = w.norm(dim=-1)
+    if valid is not None:
+        d = torch.where(valid, d, torch.full_like(d, math.inf))
+    return d.view(nd, ns)
+
+
+def log_knn_graph(group: Union[str, LieGroup], g: Tensor, k: int, batch: Optional[Tensor] = None,
+                  self_loops: bool = True, chunk: int = 1024, chart: str = "mask") -> Tensor:
+    r"""k nearest neighbours in the log-norm metric ``d(g_i, g_j) = ||log(g_i^{-1} g_j)||``.
+
+    ``d`` is invariant under the left action, so the graph is too. Each target
+    ``i`` gets its ``k`` nearest sources (plus itself when ``self_loops``; fewer
+    when its sequence is shorter or pairs are out of chart). Construction costs
+    ``O(sum_b n_b^2)`` log evaluations in chunks of ``chunk`` targets (memory
+    ``O(chunk * n_b)``); the attention on the result costs ``O(N k)``.
+
+    Returns:
+        ``(2, E)`` edge index, row 0 = source ``j``, row 1 = target ``i``.
+    """
+    group = get_group(group)
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be a positive int, got {k!r}")
+    return _log_graph(group, g, batch, self_loops, chunk, chart, k=k, r=None)
+
+
+def log_radius_graph(group: Union[str, LieGroup], g: Tensor, r: float, batch: Optional[Tensor] = None,
+                     self_loops: bool = True, chunk: int = 1024, chart: str = "mask") -> Tensor:
+    r"""All pairs with ``||log(g_i^{-1} g_j)|| <= r`` within each sequence (see :func:`log_knn_graph`)."""
+    group = get_group(group)
+    if not r > 0:
+        raise ValueError(f"r must be positive, got {r!r}")
+    return _log_graph(group, g, batch, self_loops, chunk, chart, k=None, r=float(r))
+
+
+@torch.no_grad()
+def _log_graph(group, g, batch, self_loops, chunk, chart, k, r) -> Tensor:
+    N = g.shape[0]
+    batch = torch.zeros(N, dtype=torch.long, device=g.device) if batch is None else _check_batch(batch, N)
+    counts = torch.bincount(batch) if N else batch.new_zeros(0)
+    ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).tolist()
+    srcs, dsts = [], []
+    for b in range(len(ptr) - 1):
+        s, e = ptr[b], ptr[b + 1]
+        for c in range(s, e, chunk):
+            ce = min(c + chunk, e)
+            d = _pairwise_log_norm(group, g[c:ce], g[s:e], chart)  # (ce - c, n_b)
+            rows = torch.arange(c, ce, device=g.device)
+            if not self_loops:
+                d[torch.arange(ce - c), rows - s] = math.inf
+            if k is not None:
+                kk = min(k + int(self_loops), e - s)
+                val, idx = d.topk(kk, dim=1, largest=False)
+                keep = torch.isfinite(val)
+                src = idx + s
+                dst = rows[:, None].expand_as(idx)
+                srcs.append(src[keep]); dsts.append(dst[keep])
+            else:
+                ii, jj = (d <= r).nonzero(as_tuple=True)
+                srcs.append(jj + s); dsts.append(rows[ii])
+    if not srcs:
+        return torch.empty(2, 0, dtype=torch.long, device=g.device)
+    return torch.stack([torch.cat(srcs), torch.cat(dsts)])
+
+
+# ----------------------------------------------------------------- outputs
+class LieAlgebraOutput(NamedTuple):
+    """Model outputs.
+
+    Attributes:
+        g: ``(N, m, m)`` per-token outputs ``p_i = g_i exp(delta_i)``.
+        delta: ``(N, dim)`` algebra corrections.
+        prediction: ``(B, m, m)`` completion (equivariant pooled estimate).
+        weight: ``(N,)`` pooling weights ``a_i`` (sum to 1 per sequence).
+        h: ``(N, hidden)`` final hidden states.
+    """
+    g: Tensor
+    delta: Tensor
+    prediction: Tensor
+    weight: Tensor
+    h: Tensor
+
+
+class _TokenTransformer(nn.Module):
+    """Shared trunk and heads; subclasses define the tokens and the attention."""
+
+    def __init__(self, group, hidden_channels: int, num_layers: int, heads: int,
+                 in_channels: int, dropout: float, chart: str, k: Optional[int]) -> None:
+        super().__init__()
+        self.group = get_group(group)
+        for name, v in (("hidden_channels", hidden_channels), ("num_layers", num_layers), ("heads", heads)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if hidden_channels % heads:
+            raise ValueError(f"hidden_channels ({hidden_channels}) must be divisible by heads ({heads})")
+        if in_channels < 0:
+            raise ValueError(f"in_channels must be >= 0 (0: no node feature), got {in_channels}")
+        if k is not None and (not isinstance(k, int) or k < 1):
+            raise ValueError(f"k must be None (complete graph) or a positive int, got {k!r}")
+        self.hidden_channels, self.num_layers, self.heads = hidden_channels, num_layers, heads
+        self.in_channels, self.dropout, self.chart, self.k = in_channels, dropout, chart, k
+        H = hidden_channels
+        self.token = nn.Parameter(torch.empty(H))
+        self.lin_x = nn.Linear(in_channels, H) if in_channels else None
+        self.attn = nn.ModuleList()
+        self.lin_out = nn.ModuleList([nn.Linear(H, H) for _ in range(num_layers)])
+        self.norm1 = nn.ModuleList([nn.LayerNorm(H) for _ in range(num_layers)])
+        self.norm2 = nn.ModuleList([nn.LayerNorm(H) for _ in range(num_layers)])
+        self.ffn = nn.ModuleList([nn.Sequential(nn.Linear(H, 2 * H), nn.GELU(), nn.Linear(2 * H, H))
+                                  for _ in range(num_layers)])
+        self.head_delta = nn.Linear(H, self.group.dim)
+        self.head_weight = nn.Linear(H, 1)
+        # relative head: delta_i += sum_j gamma(h_i, h_j) w_ij (only with relative logs)
+        self.head_edge = (nn.Sequential(nn.Linear(2 * H, H), nn.GELU(), nn.Linear(H, 1))
+                          if self._uses_relative_logs else None)
+
+    _uses_relative_logs = True
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.token, std=1.0)
+        for m in self.modules():
+            if m is not self and hasattr(m, "reset_parameters"):
+                m.reset_parameters()
+        # start every proposal at its own token and the pooling uniform
+        nn.init.zeros_(self.head_delta.weight); nn.init.zeros_(self.head_delta.bias)
+        nn.init.zeros_(self.head_weight.weight); nn.init.zeros_(self.head_weight.bias)
+        if self.head_edge is not None:
+            nn.init.zeros_(self.head_edge[-1].weight); nn.init.zeros_(self.head_edge[-1].bias)
+
+    # subclass hooks
+    def _initial(self, g: Tensor) -> Tensor:
+        return self.token.expand(g.shape[0], -1)
+
+    def _edge_inputs(self, g, edge_index):
+        return None, None
+
+    def _attend(self, layer, h, edge_index, g, w, valid) -> Tensor:
+        raise NotImplementedError
+
+    def forward(self, g: Tensor, edge_index: Optional[Tensor] = None, batch: Optional[Tensor] = None,
+                x: Optional[Tensor] = None) -> LieAlgebraOutput:
+        r"""Args:
+            g: ``(N, m, m)`` tokens.
+            edge_index: ``(2, E)``; default: complete graph within each sequence
+                (or the log-norm kNN graph when the model was built with ``k``).
+            batch: ``(N,)`` sorted sequence index (default: one sequence).
+            x: optional invariant node features ``(N, in_channels)``.
+        """
+        self.group._check_mat(g, "g")
+        if g.dim() != 3:
+            raise ValueError(f"g must have shape (N, m, m), got {tuple(g.shape)}")
+        N = g.shape[0]
+        if batch is None:
+            batch = torch.zeros(N, dtype=torch.long, device=g.device)
+        batch = _check_batch(batch, N)
+        if edge_index is None:
+            edge_index = (complete_graph(batch) if self.k is None
+                          else log_knn_graph(self.group, g, self.k, batch, chart=self.chart))
+        dtype = self.token.dtype
+        h = self._initial(g)
+        if self.lin_x is not None:
+            if x is None or x.shape != (N, self.in_channels):
+                raise ValueError(f"x must have shape (N, {self.in_channels}) = ({N}, {self.in_channels}) "
+                                 f"because the model was built with in_channels={self.in_channels}")
+            h = h + self.lin_x(x.to(dtype))
+        elif x is not None:
+            raise ValueError("x was given but the model was built with in_channels=0; pass in_channels")
+        w, valid = self._edge_inputs(g, edge_index)  # once per forward, shared by all layers
+        for layer in range(self.num_layers):
+            a = self._attend(layer, h, edge_index, g, w, valid)
+            h = self.norm1[layer](h + F.dropout(self.lin_out[layer](a), self.dropout, self.training))
+            h = self.norm2[layer](h + F.dropout(self.ffn[layer](h), self.dropout, self.training))
+        delta = self.head_delta(h)
+        if self.head_edge is not None:
+            src, dst = edge_index[0], edge_index[1]
+            gamma = self.head_edge(torch.cat([h[dst], h[src]], -1))  # (E, 1)
+            wd = w.to(dtype) if valid is None else torch.where(valid[:, None], w.to(dtype), 0.0)
+            delta = delta + scatter(gamma * wd, dst, dim=0, dim_size=N, reduce="sum")
+        gd = g.to(dtype)
+        p = self.group.compose(gd, self.group.exp(delta))
+        weight = softmax(self.head_weight(h).squeeze(-1), batch, dim=0)
+        prediction = self._pool(p, weight, batch)
+        return LieAlgebraOutput(p, delta, prediction, weight, h)
+
+    def _pool(self, p: Tensor, weight: Tensor, batch: Tensor) -> Tensor:
+        N = p.shape[0]
+        B = int(batch.max()) + 1 if N else 0
+        wmax = scatter(weight, batch, dim=0, dim_size=B, reduce="max")
+        idx = torch.arange(N, device=p.device)
+        cand = torch.where(weight == wmax[batch], idx, torch.full_like(idx, N))
+        anchor = scatter(cand, batch, dim=0, dim_size=B, reduce="min")  # (B,) first max
+        pa = p[anchor]  # (B, m, m)
+        r, valid = chart_safe_log(self.group, self.group.between(pa[batch], p), "mask",
+                                  what="proposal relative to its anchor")
+        a = weight if valid is None else weight * valid.to(weight.dtype)
+        num = scatter(a[:, None] * r, batch, dim=0, dim_size=B, reduce="sum")
+        den = scatter(a, batch, dim=0, dim_size=B, reduce="sum")
+        return self.group.compose(pa, self.group.exp(num / den[:, None]))
+
+    def num_score_parameters(self) -> int:
+        """Parameters of the attention scores only (the paper's "score params")."""
+        raise NotImplementedError
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+class LieAlgebraTransformer(_TokenTransformer):
+    r"""Transformer over group-element tokens (models G and C of the paper).
+
+    Args:
+        group: group name (``"SO2"``, ``"SE2"``, ``"SO3"``, ``"SE3"``, ``"Aff2"``,
+            ``"Aff3"``) or a :class:`~pyg_lie.groups.LieGroup`.
+        hidden_channels: width of ``h`` (divisible by ``heads``).
+        num_layers: number of attention blocks.
+        heads: attention heads per layer.
+        score: ``"closed_form"`` (G) or ``"mlp"`` (C).
+        in_channels: size of an optional invariant node feature ``x`` (0: none).
+        kernel_hidden: hidden width of the ``mlp`` score.
+        dropout: dropout in attention and residual branches.
+        chart: ``"mask"`` or ``"error"`` for out-of-chart relative poses.
+        k: ``None`` for the complete graph per sequence, or the number of nearest
+            neighbours in the log-norm metric (linear attention cost).
+
+    ``forward(g, edge_index=None, batch=None, x=None)`` returns a
+    :class:`LieAlgebraOutput`.
+    """
+
+    def __init__(self, group: Union[str, LieGroup], hidden_channels: int = 32, num_layers: int = 3,
+                 heads: int = 4, score: str = "closed_form", in_channels: int = 0,
+                 kernel_hidden: int = 32, dropout: float = 0.0, chart: str = "mask",
+                 k: Optional[int] = None) -> None:
+        super().__init__(group, hidden_channels, num_layers, heads, in_channels, dropout, chart, k)
+        self.score = score
+        for _ in range(num_layers):
+            self.attn.append(LieAlgebraAttention(hidden_channels, hidden_channels // heads, self.group,
+                                                 heads=heads, score=score, kernel_hidden=kernel_hidden,
+                                                 dropout=dropout, chart=chart))
+        self.reset_parameters()
+
+    def _edge_inputs(self, g, edge_index):
+        return relative_log(self.group, g, edge_index, self.chart)
+
+    def _attend(self, layer, h, edge_index, g, w, valid):
+        return self.attn[layer](h, edge_index, g, w=w, valid=valid)
+
+    def num_score_parameters(self) -> int:
+        return sum(a.num_score_parameters() for a in self.attn)
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}(group={self.group.name}, hidden={self.hidden_channels}, "
+                f"layers={self.num_layers}, heads={self.heads}, score={self.score})")
+
+
+class VectorTokenAttention(MessagePassing):
+    r"""Scaled dot-product attention on vector tokens (the paper's baseline A).
+
+    ``alpha_ij^h = softmax_j (q_i^h . k_j^h / sqrt(C))``, ``out_i^h = sum_j alpha_ij^h v_j^h``
+    with ``q, k, v`` linear in ``h``. Shapes: ``h (N, in)`` -> ``(N, heads * out_channels)``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, heads: int = 1, dropout: float = 0.0) -> None:
+        super().__init__(node_dim=0, aggr="add")
+        self.in_channels, self.out_channels, self.heads, self.dropout = in_channels, out_channels, heads, dropout
+        self.lin_q = nn.Linear(in_channels, heads * out_channels)
+        self.lin_k = nn.Linear(in_channels, heads * out_channels)
+        self.lin_v = nn.Linear(in_channels, heads * out_channels)
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        for lin in (self.lin_q, self.lin_k, self.lin_v):
+            lin.reset_parameters()
+
+    def forward(self, h: Tensor, edge_index: Tensor, return_attention_weights: Optional[bool] = None):
+        H, C = self.heads, self.out_channels
+        q = self.lin_q(h).view(-1, H, C)
+        k = self.lin_k(h).view(-1, H, C)
+        v = self.lin_v(h).view(-1, H, C)
+        src, dst = edge_index[0], edge_index[1]
+        s = (q[dst] * k[src]).sum(-1) / math.sqrt(C)
+        alpha = edge_attention(s, dst, num_nodes=h.shape[0])
+        out = self.propagate(edge_index, v=v, alpha=F.dropout(alpha, self.dropout, self.training))
+        out = out.reshape(-1, H * C)
+        return (out, (edge_index, alpha)) if return_attention_weights else out
+
+    def message(self, v_j: Tensor, alpha: Tensor) -> Tensor:
+        return v_j * alpha.unsqueeze(-1)
+
+    def num_score_parameters(self) -> int:
+        return sum(p.numel() for p in (*self.lin_q.parameters(), *self.lin_k.parameters()))
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"
+
+
+class VectorTokenTransformer(_TokenTransformer):
+    r"""Baseline A: tokens are the flattened matrices ``vec(g_i)`` embedded linearly.
+
+    Same trunk and completion head as :class:`LieAlgebraTransformer`, but
+    ``h^0_i = t + W_g vec(g_i)`` and scaled dot-product attention (no ``w_ij``),
+    so the features depend on absolute poses and the model is not equivariant.
+    ``k`` builds the same log-norm kNN graph (for timing comparisons). Vector
+    tokens have no ``w_ij``, so the per-token correction is ``delta_i = W_delta h_i``.
+    """
+
+    _uses_relative_logs = False
+
+    def __init__(self, group: Union[str, LieGroup], hidden_channels: int = 32, num_layers: int = 3,
+                 heads: int = 4, in_channels: int = 0, dropout: float = 0.0, chart: str = "mask",
+                 k: Optional[int] = None) -> None:
+        super().__init__(group, hidden_channels, num_layers, heads, in_channels, dropout, chart, k)
+        self.score = "vector"
+        m = self.group.matrix_size
+        self.lin_g = nn.Linear(m * m, hidden_channels)
+        for _ in range(num_layers):
+            self.attn.append(VectorTokenAttention(hidden_channels, hidden_channels // heads, heads, dropout))
+        self.reset_parameters()
+
+    def _initial(self, g: Tensor) -> Tensor:
+        return self.token + self.lin_g(g.flatten(1).to(self.token.dtype))
+
+    def _attend(self, layer, h, edge_index, g, w, valid):
+        return self.attn[layer](h, edge_index)
+
+    def num_score_parameters(self) -> int:
+        return sum(a.num_score_parameters() for a in self.attn)
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}(group={self.group.name}, hidden={self.hidden_channels}, "
+                f"layers={self.num_layers}, heads={self.heads})")
+
+
+def build_model(group: Union[str, LieGroup], score: str, **kwargs) -> _TokenTransformer:
+    """``score`` in ``{"closed_form", "mlp", "vector"}`` -> the paper's G, C or A."""
+    if score == "vector":
+        kwargs.pop("kernel_hidden", None)
+        return VectorTokenTransformer(group, **kwargs)
+    if score in ("closed_form", "mlp"):
+        return LieAlgebraTransformer(group, score=score, **kwargs)
+    raise ValueError(f"score must be 'closed_form', 'mlp' or 'vector', got {score!r}")
+
+
+# ----------------------------------------------------------------- metrics
+def pose_error(group: Union[str, LieGroup], pred: Tensor, target: Tensor) -> Tensor:
+    r"""Log-norm distance ``||vee(log(target^{-1} pred))||``, ``(B,)``.
+
+    Outside the chart (affine groups only) the log does not exist; there the
+    Frobenius distance ``||target^{-1} pred - I||_F`` is returned instead (it
+    agrees with the log-norm to first order) -- never NaN.
+    """
+    group = get_group(group)
+    rel = group.between(target, pred.to(target.dtype))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        w, valid = chart_safe_log(group, rel, "mask", what="prediction")
+    d = w.norm(dim=-1)
+    if valid is not None:
+        eye = torch.eye(group.matrix_size, dtype=rel.dtype, device=rel.device)
+        d = torch.where(valid, d, (rel - eye).flatten(1).norm(dim=-1))
+    return d
+
+
+def completion_loss(group: Union[str, LieGroup], out: LieAlgebraOutput, g: Tensor, target: Tensor,
+                    batch: Tensor, aux_weight: float = 1.0) -> Tensor:
+    r"""Invariant training loss for sequence completion.
+
+    ``mean_b ||target_b^{-1} pred_b - I||_F^2`` (defined everywhere, locally the
+    squared log-norm) plus ``aux_weight * mean_i ||delta_i - log(g_i^{-1} target)||^2``:
+    every token is taught to locate the missing element relative to itself (the
+    per-token targets are in the chart by construction of the data).
+    """
+    group = get_group(group)
+    dtype = out.prediction.dtype
+    target = target.to(dtype)
+    eye = torch.eye(group.matrix_size, dtype=dtype, device=target.device)
+    pooled = (group.between(target, out.prediction) - eye).flatten(1).pow(2).sum(-1).mean()
+    if aux_weight == 0:
+        return pooled
+    with torch.no_grad():
+        wt, valid = chart_safe_log(group, group.between(g.to(dtype), target[batch]), "mask",
+                                   what="token-to-target pose")
+    err = (out.delta - wt).pow(2).sum(-1)
+    if valid is not None:
+        err = err * valid.to(dtype)
+    return pooled + aux_weight * err.mean()
+
+
+@torch.no_grad()
+def equivariance_error(model: _TokenTransformer, g: Tensor, batch: Optional[Tensor] = None,
+                       a: Optional[Tensor] = None, generator: Optional[torch.Generator] = None) -> Tensor:
+    r"""``||log((a pred(g))^{-1} pred(a g))||`` per sequence, ``(B,)``, one random ``a`` per sequence.
+
+    Evaluated in the dtype of ``model`` (use ``model.double()`` for float64).
+    """
+    group = model.group
+    dtype = model.token.dtype
+    g = g.to(dtype)
+    N = g.shape[0]
+    if batch is None:
+        batch = torch.zeros(N, dtype=torch.long, device=g.device)
+    B = int(batch.max()) + 1
+    if a is None:
+        a = group.random(B, generator=generator, dtype=dtype, device=g.device)
+    a = a.to(dtype)
+    p1 = model(g, batch=batch).prediction
+    p2 = model(group.compose(a[batch], g), batch=batch).prediction
+    return pose_error(group, p2, group.compose(a, p1))

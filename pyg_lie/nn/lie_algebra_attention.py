@@ -1,0 +1,277 @@
+r"""Lie-algebra attention: tokens that *are* group elements.
+
+Implements the attention of Musialski, "The Token Is a Group Element: On
+Lie-Algebra Attention over Matrix Lie Groups" (arXiv 2606.20547, 2026) as a PyG
+:class:`~torch_geometric.nn.conv.MessagePassing` layer.
+
+Every node ``i`` carries a group element ``g_i`` ``(m, m)`` and an invariant
+hidden state ``h_i``. For an edge ``j -> i`` the relative pose
+
+.. math::  w_{ij} = \operatorname{vee}\log(g_i^{-1} g_j) \in \mathbb{R}^{\dim G}
+
+is invariant under the diagonal left action ``g_k -> a g_k``. The score is
+
+* ``closed_form`` (model *G* of the paper):
+  ``s_ij^h = -(1 / tau_h) sum_b lambda_{h,b} ||w_ij[b]||^2`` over the algebra
+  blocks ``b`` of ``group.blocks``, with ``lambda = softplus(raw)``,
+  ``tau = softplus(raw)``, ``raw`` initialised at 0 (so ``lambda = tau = log 2``);
+  ``heads * (len(blocks) + 1)`` parameters;
+* ``mlp`` (model *C*): ``s_ij^h = MLP_h(w_ij)``, one ``dim -> kernel_hidden -> 1``
+  SiLU MLP per head (``heads * (dim * k + 2 k + 1)`` parameters).
+
+The attention ``alpha_ij^h`` is the softmax of ``s_ij^h`` over the incoming
+edges of ``i`` (:func:`pyg_lie.nn.attention_core.edge_attention`); the value
+pathway carries direction: ``v_ij^h = W_V^h [h_j ; w_ij]`` and
+``out_i^h = sum_j alpha_ij^h v_ij^h``. Because ``h`` and ``w`` are invariant,
+so is the output.
+
+Chart. ``log`` is the principal logarithm. SO(2)/SE(2) (atan2 in ``(-pi, pi]``)
+and SO(3)/SE(3) (angle ``pi`` convention of the group) have a log for every
+element; the closed-form score is continuous there because ``||w||`` does not
+depend on the sign of the rotation axis at angle ``pi`` (the value pathway
+does). Affine groups have a real principal log only when the linear part has no
+eigenvalue on ``(-inf, 0]``; such groups expose ``in_chart``. With
+``chart="mask"`` (default) an out-of-chart edge is dropped from the softmax and
+from the sum (its ``w`` is replaced by 0, its score by a very negative number and
+its weight by 0) and a ``RuntimeWarning`` is issued; a node whose edges are all
+masked receives a zero aggregate. With ``chart="error"`` a ``ValueError`` is
+raised. Never NaN.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn import Parameter
+from torch_geometric.nn.conv import MessagePassing
+from torch_geometric.nn.dense.linear import Linear
+
+from ..groups import LieGroup, get_group
+from .attention_core import edge_attention
+
+SCORES = ("closed_form", "mlp")
+CHART_MODES = ("mask", "error")
+
+
+def _is_compiling() -> bool:
+    try:
+        return torch.compiler.is_compiling()
+    except AttributeError:  # pragma: no cover
+        return False
+
+
+def chart_safe_log(group: LieGroup, rel: Tensor, chart: str = "mask",
+                   what: str = "relative pose") -> Tuple[Tensor, Optional[Tensor]]:
+    r"""``vee(log(rel))`` with the documented out-of-chart behaviour.
+
+    Args:
+        group: the group.
+        rel: elements ``(E, m, m)``.
+        chart: ``"mask"``: elements outside the principal chart (only groups with
+            an ``in_chart`` method have any) are replaced by the identity before
+            the log and flagged invalid, with a ``RuntimeWarning``;
+            ``"error"``: raise ``ValueError``.
+        what: noun used in the messages.
+
+    Returns:
+        ``(w, valid)``: ``w (E, dim)`` and ``valid (E,)`` bool, or ``None`` when the
+        group has no chart boundary (every element valid).
+    """
+    if chart not in CHART_MODES:
+        raise ValueError(f"chart must be one of {CHART_MODES}, got {chart!r}")
+    in_chart = getattr(group, "in_chart", None)
+    if in_chart is None:
+        return group.log(rel), None
+    valid = in_chart(rel)
+    if not _is_compiling():
+        n_bad = int((~valid).sum())
+        if n_bad:
+            if chart == "error":
+                raise ValueError(
+                    f"{n_bad} {what}(s) lie outside the principal log chart of {group.name} "
+                    "(linear part with an eigenvalue on (-inf, 0]); use chart='mask' to drop them "
+                    "from the attention, or use smaller relative poses / a sparser graph")
+            warnings.warn(
+                f"{n_bad} {what}(s) outside the principal log chart of {group.name} were masked "
+                "(they get no attention weight)", RuntimeWarning, stacklevel=3)
+    eye = torch.eye(group.matrix_size, dtype=rel.dtype, device=rel.device)
+    rel = torch.where(valid[:, None, None], rel, eye)
+    return group.log(rel), valid
+
+
+def relative_log(group: LieGroup, g: Tensor, edge_index: Tensor,
+                 chart: str = "mask") -> Tuple[Tensor, Optional[Tensor]]:
+    r"""Per-edge ``w_ij = vee(log(g_i^{-1} g_j))`` and chart validity.
+
+    Groups without a chart boundary use the shared :meth:`LieGroup.relative_log`
+    directly; groups with ``in_chart`` (affine groups) go through
+    :func:`chart_safe_log`.
+
+    Args:
+        group: the group.
+        g: ``(N, m, m)`` node elements.
+        edge_index: ``(2, E)``, row 0 = source ``j``, row 1 = target ``i``.
+        chart: ``"mask"`` or ``"error"`` (see :func:`chart_safe_log`).
+
+    Returns:
+        ``w (E, dim)`` and ``valid (E,)`` bool or ``None``.
+    """
+    if getattr(group, "in_chart", None) is None:
+        return group.relative_log(g, edge_index), None
+    rel = group.between(g[edge_index[1]], g[edge_index[0]])
+    return chart_safe_log(group, rel, chart)
+
+
+class LieAlgebraAttention(MessagePassing):
+    r"""Multi-head attention whose score depends only on ``log(g_i^{-1} g_j)``.
+
+    .. math::
+        \alpha_{ij}^h = \operatorname{softmax}_{j \in N(i)} s^h(w_{ij}),\qquad
+        \mathbf{out}_i^h = \sum_{j} \alpha_{ij}^h\, W_V^h [h_j ; w_{ij}]
+
+    Args:
+        in_channels: size of ``h``.
+        out_channels: size of each head's output.
+        group: a :class:`~pyg_lie.groups.LieGroup` or its name (``"SE2"``, ...).
+        heads: number of heads ``H``.
+        concat: concatenate heads (output ``H * out_channels``) or average them.
+        score: ``"closed_form"`` (model G) or ``"mlp"`` (model C).
+        kernel_hidden: hidden width of the ``mlp`` score (paper: 32).
+        dropout: dropout on the attention weights.
+        bias: bias of the value projection.
+        chart: out-of-chart behaviour, ``"mask"`` or ``"error"`` (module docstring).
+
+    Shapes:
+        - input: ``h (N, in_channels)``, ``edge_index (2, E)``, ``g (N, m, m)``,
+          optionally ``w (E, dim)`` precomputed by :func:`relative_log` (shared by
+          all layers of a model) and ``valid (E,)``.
+        - output: ``(N, H * out_channels)`` (``(N, out_channels)`` if not concat),
+          and with ``return_attention_weights=True`` also ``(edge_index, alpha (E, H))``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, group: Union[str, LieGroup],
+                 heads: int = 1, concat: bool = True, score: str = "closed_form",
+                 kernel_hidden: int = 32, dropout: float = 0.0, bias: bool = True,
+                 chart: str = "mask", **kwargs) -> None:
+        kwargs.setdefault("aggr", "add")
+        super().__init__(node_dim=0, **kwargs)
+        for name, v in (("in_channels", in_channels), ("out_channels", out_channels),
+                        ("heads", heads), ("kernel_hidden", kernel_hidden)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if score not in SCORES:
+            raise ValueError(f"score must be one of {SCORES}, got {score!r} "
+                             "(the vector-token baseline is pyg_lie.models.VectorTokenTransformer)")
+        if chart not in CHART_MODES:
+            raise ValueError(f"chart must be one of {CHART_MODES}, got {chart!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.group = get_group(group)
+        self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
+        self.concat, self.score, self.kernel_hidden = concat, score, kernel_hidden
+        self.dropout, self.chart = dropout, chart
+        dim = self.group.dim
+        blocks = list(self.group.blocks.values())
+        # (dim, B) 0/1 matrix: ||w[b]||^2 = (w * w) @ block_matrix
+        bm = torch.zeros(dim, len(blocks))
+        for b, sl in enumerate(blocks):
+            bm[sl, b] = 1.0
+        if not bool((bm.sum(1) == 1).all()):
+            raise ValueError(f"{self.group.name}.blocks must partition the {dim} algebra coordinates")
+        self.register_buffer("block_matrix", bm, persistent=False)
+
+        if score == "closed_form":
+            self.lambda_raw = Parameter(torch.empty(heads, len(blocks)))
+            self.tau_raw = Parameter(torch.empty(heads))
+        else:
+            k = kernel_hidden
+            self.kernel_w1 = Parameter(torch.empty(heads, dim, k))
+            self.kernel_b1 = Parameter(torch.empty(heads, k))
+            self.kernel_w2 = Parameter(torch.empty(heads, k))
+            self.kernel_b2 = Parameter(torch.empty(heads))
+        self.lin_value = Linear(in_channels + dim, heads * out_channels, bias=bias,
+                                weight_initializer="glorot")
+        self.reset_parameters()
+
+    # ------------------------------------------------------------------ params
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        if self.score == "closed_form":
+            torch.nn.init.zeros_(self.lambda_raw)  # softplus(0) = log 2 ~ 0.69
+            torch.nn.init.zeros_(self.tau_raw)
+        else:
+            d, k = self.group.dim, self.kernel_hidden
+            for p, fan_in in ((self.kernel_w1, d), (self.kernel_b1, d),
+                              (self.kernel_w2, k), (self.kernel_b2, k)):
+                bound = 1.0 / math.sqrt(fan_in)
+                torch.nn.init.uniform_(p, -bound, bound)
+        self.lin_value.reset_parameters()
+
+    def score_parameters(self) -> list[Parameter]:
+        """The parameters of the score (paper's "score parameters")."""
+        if self.score == "closed_form":
+            return [self.lambda_raw, self.tau_raw]
+        return [self.kernel_w1, self.kernel_b1, self.kernel_w2, self.kernel_b2]
+
+    def num_score_parameters(self) -> int:
+        return sum(p.numel() for p in self.score_parameters())
+
+    @property
+    def block_weights(self) -> Tensor:
+        """``lambda (H, B)`` of the closed-form score (softplus of the raw parameters)."""
+        return F.softplus(self.lambda_raw)
+
+    @property
+    def temperature(self) -> Tensor:
+        """``tau (H,)`` of the closed-form score."""
+        return F.softplus(self.tau_raw)
+
+    # ------------------------------------------------------------------- score
+    def compute_score(self, w: Tensor) -> Tensor:
+        r"""Scores ``(E, H)`` from relative logs ``w (E, dim)``."""
+        if self.score == "closed_form":
+            sq = (w * w) @ self.block_matrix.to(w.dtype)  # (E, B)
+            return -(sq @ self.block_weights.t()) / self.temperature
+        hid = F.silu(torch.einsum("ed,hdk->ehk", w, self.kernel_w1) + self.kernel_b1)
+        return (hid * self.kernel_w2).sum(-1) + self.kernel_b2
+
+    # ----------------------------------------------------------------- forward
+    def forward(self, h: Tensor, edge_index: Tensor, g: Tensor,
+                return_attention_weights: Optional[bool] = None,
+                w: Optional[Tensor] = None, valid: Optional[Tensor] = None):
+        """See the class docstring for shapes."""
+        if h.dim() != 2 or h.shape[-1] != self.in_channels:
+            raise ValueError(f"h must have shape (N, {self.in_channels}), got {tuple(h.shape)}")
+        if w is None:
+            w, valid = relative_log(self.group, g, edge_index, self.chart)
+        elif w.shape != (edge_index.shape[1], self.group.dim):
+            raise ValueError(f"w must have shape (E, {self.group.dim}) = "
+                             f"({edge_index.shape[1]}, {self.group.dim}), got {tuple(w.shape)}; "
+                             "compute it with pyg_lie.nn.lie_algebra_attention.relative_log")
+        w = w.to(h.dtype)
+        if valid is not None:
+            w = torch.where(valid[:, None], w, torch.zeros_like(w))
+        s = self.compute_score(w)  # (E, H)
+        if valid is not None:
+            s = torch.where(valid[:, None], s, torch.full_like(s, -1e30 if s.dtype != torch.float16 else -6e4))
+        alpha = edge_attention(s, edge_index[1], num_nodes=h.shape[0])
+        if valid is not None:
+            alpha = alpha * valid[:, None].to(alpha.dtype)
+        alpha_drop = F.dropout(alpha, p=self.dropout, training=self.training)
+        out = self.propagate(edge_index, h=h, w=w, alpha=alpha_drop)  # (N, H, C)
+        out = out.reshape(-1, self.heads * self.out_channels) if self.concat else out.mean(1)
+        if return_attention_weights:
+            return out, (edge_index, alpha)
+        return out
+
+    def message(self, h_j: Tensor, w: Tensor, alpha: Tensor) -> Tensor:
+        v = self.lin_value(torch.cat([h_j, w], -1)).view(-1, self.heads, self.out_channels)
+        return v * alpha.unsqueeze(-1)
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
+                f"heads={self.heads}, group={self.group.name}, score={self.score})")

@@ -1,0 +1,315 @@
+"""Lie-algebra attention (layer, transformer, data set): equivariance, parameter
+counts, chart handling, batching, gradients, compile, a short training run."""
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+from pyg_lie.groups import GROUPS, SE2, get_group
+from pyg_lie.nn.lie_algebra_attention import LieAlgebraAttention, relative_log
+from pyg_lie.models.lie_algebra_transformer import (
+    LieAlgebraTransformer, VectorTokenTransformer, build_model, complete_graph, completion_loss,
+    equivariance_error, log_knn_graph, log_radius_graph, pose_error)
+from pyg_lie.datasets.lie_sequence import LieSequenceCompletion
+
+ALL_GROUPS = ["SO2", "SE2", "SO3", "SE3", "Aff2", "Aff3"]
+D = torch.float64
+
+
+def _group(name):
+    if name not in GROUPS:
+        pytest.skip(f"{name} is not available in pyg_lie.groups yet")
+    return get_group(name)
+
+
+def _randomise_heads(model, gen_seed=1):
+    """Non-zero output heads, so that outputs and pooling are not trivial."""
+    gen = torch.Generator().manual_seed(gen_seed)
+    with torch.no_grad():
+        for lin in (model.head_delta, model.head_weight):
+            lin.weight.copy_(0.05 * torch.randn(lin.weight.shape, generator=gen, dtype=lin.weight.dtype))
+        if model.head_edge is not None:
+            last = model.head_edge[-1]
+            last.weight.copy_(0.1 * torch.randn(last.weight.shape, generator=gen, dtype=D))
+    return model
+
+
+def _sequences(G, n=3, length=8, seed=0):
+    data = LieSequenceCompletion(G, n, length=length, seed=seed).batch_all()
+    return data.g, data.batch, data
+
+
+# ------------------------------------------------------------------ equivariance
+@pytest.mark.parametrize("score", ["closed_form", "mlp"])
+@pytest.mark.parametrize("name", ALL_GROUPS)
+def test_model_equivariance_float64(name, score):
+    G = _group(name)
+    torch.manual_seed(0)
+    model = _randomise_heads(LieAlgebraTransformer(G, score=score).to(D)).eval()
+    g, batch, _ = _sequences(G, n=2)
+    a = G.random(2, generator=torch.Generator().manual_seed(3), dtype=D)
+    out = model(g, batch=batch)
+    out_a = model(G.compose(a[batch], g), batch=batch)
+    # hidden states are invariant, per-token outputs and the completion equivariant
+    assert (out.h - out_a.h).abs().max() < 1e-10
+    scale = max(1.0, float(a.abs().max()) * float(out.g.detach().abs().max()))
+    assert (G.compose(a[batch], out.g) - out_a.g).abs().max() < 1e-12 * scale
+    err = pose_error(G, out_a.prediction, G.compose(a, out.prediction))
+    assert err.max() < 1e-12 * scale, (name, score, err)
+    # the proposals really moved (the test is not trivially satisfied)
+    assert (out.g - g).abs().max() > 1e-3
+
+
+def test_vector_baseline_is_not_equivariant():
+    G = SE2()
+    torch.manual_seed(0)
+    g, batch, _ = _sequences(G, n=4)
+    eG = equivariance_error(_randomise_heads(LieAlgebraTransformer(G).to(D)).eval(), g, batch,
+                            generator=torch.Generator().manual_seed(0))
+    eA = equivariance_error(_randomise_heads(VectorTokenTransformer(G).to(D)).eval(), g, batch,
+                            generator=torch.Generator().manual_seed(0))
+    assert eG.max() < 1e-12
+    assert eA.mean() > 1e-3
+    assert eA.mean() > 1e6 * eG.mean().clamp(min=1e-300)
+
+
+@pytest.mark.parametrize("name", ["SE2", "SO3", "Aff2"])
+def test_cocycle_of_outputs(name):
+    """p_i^-1 p_j computed from invariants alone, exp(-d_i) exp(w_ij) exp(d_j), composes."""
+    G = _group(name)
+    model = _randomise_heads(LieAlgebraTransformer(G).to(D)).eval()
+    g, batch, _ = _sequences(G, n=1)
+    out = model(g, batch=batch)
+    n = g.shape[0]
+    ei = complete_graph(batch)
+    w, _ = relative_log(G, g, ei)
+    W = torch.zeros(n, n, G.dim, dtype=D)
+    W[ei[1], ei[0]] = w  # W[i, j] = log(g_i^-1 g_j)
+    E, Einv = G.exp(out.delta), G.exp(-out.delta)
+    R = Einv[:, None] @ G.exp(W) @ E[None]  # (n, n, m, m)
+    direct = G.between(out.g[:, None], out.g[None])
+    assert (R - direct).abs().max() < 1e-10
+    i, j, k = 0, 3, 5
+    assert (R[i, j] @ R[j, k] - R[i, k]).abs().max() < 1e-10
+
+
+# ------------------------------------------------------------- parameter counts
+@pytest.mark.parametrize("name,closed,mlp", [("SE2", 36, 1932), ("SO3", 24, 1932), ("Aff2", 60, 3084),
+                                             ("SO2", 24, 1164)])
+def test_score_parameter_counts_match_paper(name, closed, mlp):
+    G = _group(name)
+    assert LieAlgebraTransformer(G, score="closed_form").num_score_parameters() == closed
+    assert LieAlgebraTransformer(G, score="mlp").num_score_parameters() == mlp
+    layer = LieAlgebraAttention(8, 4, G, heads=4)
+    assert torch.allclose(layer.block_weights, torch.full((4, len(G.blocks)), math.log(2.0)))
+    assert torch.allclose(layer.temperature, torch.full((4,), math.log(2.0)))
+
+
+# ---------------------------------------------------------------- layer basics
+def test_layer_closed_form_score_by_hand_and_attention():
+    G = SE2()
+    layer = LieAlgebraAttention(5, 3, G, heads=2).to(D)
+    with torch.no_grad():
+        layer.lambda_raw.copy_(torch.tensor([[0.3, -1.0], [2.0, 0.5]]))
+        layer.tau_raw.copy_(torch.tensor([0.1, -0.4]))
+    g = G.random(4, dtype=D)
+    ei = complete_graph(torch.zeros(4, dtype=torch.long))
+    h = torch.randn(4, 5, dtype=D)
+    out, (ei_out, alpha) = layer(h, ei, g, return_attention_weights=True)
+    assert out.shape == (4, 6) and alpha.shape == (ei.shape[1], 2)
+    # independent evaluation with scipy's logm
+    import scipy.linalg
+    sp = torch.nn.functional.softplus
+    lam, tau = sp(layer.lambda_raw), sp(layer.tau_raw)
+    for e in range(ei.shape[1]):
+        j, i = int(ei[0, e]), int(ei[1, e])
+        L = torch.from_numpy(scipy.linalg.logm((torch.linalg.inv(g[i]) @ g[j]).numpy()).real)
+        t2, th2 = float(L[0, 2] ** 2 + L[1, 2] ** 2), float(L[1, 0] ** 2 + L[0, 1] ** 2)
+        s = -(lam[:, 0] * t2 + lam[:, 1] * th2) / tau
+        if e == 0:
+            s_all = []
+        s_all.append(s)
+    s_all = torch.stack(s_all)
+    ref = torch.stack([torch.softmax(s_all[ei[1] == i], 0) for i in range(4)])  # edges grouped by target
+    got = torch.stack([alpha[ei[1] == i] for i in range(4)])
+    assert torch.allclose(got, ref, atol=1e-10)
+
+
+def test_layer_repr_reset_sequential_and_errors():
+    from torch_geometric.nn import Sequential
+    G = SE2()
+    layer = LieAlgebraAttention(8, 4, "SE2", heads=2, score="mlp")
+    assert repr(layer) == "LieAlgebraAttention(8, 4, heads=2, group=SE2, score=mlp)"
+    w1 = layer.kernel_w1.detach().clone()
+    layer.reset_parameters()
+    assert not torch.equal(w1, layer.kernel_w1)
+    seq = Sequential("h, edge_index, g", [
+        (LieAlgebraAttention(8, 4, G, heads=2), "h, edge_index, g -> h"),
+        (torch.nn.ReLU(), "h -> h"),
+        (LieAlgebraAttention(8, 8, G, heads=1), "h, edge_index, g -> h"),
+    ])
+    g = G.random(5)
+    ei = complete_graph(torch.zeros(5, dtype=torch.long))
+    assert seq(torch.randn(5, 8), ei, g).shape == (5, 8)
+    with pytest.raises(ValueError, match="score"):
+        LieAlgebraAttention(8, 4, G, score="dot")
+    with pytest.raises(ValueError, match="chart"):
+        LieAlgebraAttention(8, 4, G, chart="clamp")
+    with pytest.raises(ValueError, match="h must have shape"):
+        layer(torch.randn(5, 7), ei, g)
+    with pytest.raises(ValueError, match="w must have shape"):
+        layer(torch.randn(5, 8), ei, g, w=torch.zeros(3, 3))
+    with pytest.raises(ValueError, match="batch must be sorted"):
+        complete_graph(torch.tensor([0, 1, 0]))
+
+
+def test_isolated_node_gets_zero_not_nan():
+    G = SE2()
+    layer = LieAlgebraAttention(4, 4, G)
+    ei = torch.tensor([[0, 1], [1, 0]])  # node 2 has no incoming edge
+    out = layer(torch.randn(3, 4), ei, G.random(3))
+    assert torch.isfinite(out).all() and out[2].abs().max() == 0
+
+
+def test_layer_compiles_without_graph_breaks():
+    G = SE2()
+    layer = LieAlgebraAttention(8, 4, G, heads=2)
+    g, h = G.random(6), torch.randn(6, 8)
+    ei = complete_graph(torch.zeros(6, dtype=torch.long))
+    torch._dynamo.reset()
+    compiled = torch.compile(layer, backend="eager", fullgraph=True)  # raises on a graph break
+    assert torch.allclose(compiled(h, ei, g), layer(h, ei, g), atol=1e-6)
+
+
+# -------------------------------------------------------------------- gradients
+@pytest.mark.parametrize("score", ["closed_form", "mlp"])
+def test_gradcheck_score_wrt_g(score):
+    G = SE2()
+    layer = LieAlgebraAttention(4, 2, G, heads=2, score=score).to(D)
+    ei = complete_graph(torch.zeros(3, dtype=torch.long))
+    g = G.random(3, dtype=D).requires_grad_(True)
+
+    def f(g):
+        return layer.compute_score(G.relative_log(g, ei))
+
+    assert torch.autograd.gradcheck(f, (g,), eps=1e-6, atol=1e-6)
+    # and through the whole layer (value path too), including w_ii = 0 (identity)
+    h = torch.randn(3, 4, dtype=D)
+    assert torch.autograd.gradcheck(lambda g: layer(h, ei, g), (g,), eps=1e-6, atol=1e-6)
+
+
+# ------------------------------------------------------------------------ chart
+class _ToyChartSE2(SE2):
+    """SE(2) with an artificial chart boundary at |rotation angle| > 2 (test double)."""
+
+    def in_chart(self, g):
+        return self.log(g)[..., 2].abs() / math.sqrt(2.0) < 2.0
+
+
+def test_out_of_chart_edges_masked_with_warning_or_error():
+    G = _ToyChartSE2()
+    from pyg_lie.groups.base import rot2, homogeneous
+    theta = torch.tensor([0.0, 0.5, 3.0])  # node 2 is out of chart w.r.t. 0 (and 1)
+    g = homogeneous(rot2(theta), torch.zeros(3, 2)).to(D)
+    ei = complete_graph(torch.zeros(3, dtype=torch.long))
+    layer = LieAlgebraAttention(4, 2, G).to(D)
+    h = torch.randn(3, 4, dtype=D)
+    with pytest.warns(RuntimeWarning, match="outside the principal log chart"):
+        out, (_, alpha) = layer(h, ei, g, return_attention_weights=True)
+    assert torch.isfinite(out).all()
+    bad = ((ei[0] == 2) & (ei[1] != 2)) | ((ei[1] == 2) & (ei[0] != 2))
+    assert (alpha[bad] == 0).all() and (alpha[~bad] > 0).all()
+    # node 2 only attends to itself
+    assert torch.allclose(alpha[(ei[1] == 2) & (ei[0] == 2)], torch.ones(1, dtype=D))
+    with pytest.raises(ValueError, match="outside the principal log chart"):
+        LieAlgebraAttention(4, 2, G, chart="error").to(D)(h, ei, g)
+
+
+def test_aff2_out_of_chart_relative_pose():
+    G = _group("Aff2")
+    from pyg_lie.groups.base import homogeneous
+    A = torch.stack([torch.eye(2), torch.diag(torch.tensor([-1.0, -2.0]))]).to(D)  # det > 0, no real log
+    g = homogeneous(A, torch.zeros(2, 2, dtype=D))
+    ei = complete_graph(torch.zeros(2, dtype=torch.long))
+    h = torch.randn(2, 4, dtype=D)
+    with pytest.warns(RuntimeWarning):
+        out = LieAlgebraAttention(4, 2, G).to(D)(h, ei, g)
+    assert torch.isfinite(out).all()
+    with pytest.raises(ValueError):
+        LieAlgebraAttention(4, 2, G, chart="error").to(D)(h, ei, g)
+
+
+# --------------------------------------------------------------------- batching
+def test_batching_sequences_of_different_lengths():
+    G = SE2()
+    ds = LieSequenceCompletion(G, 4, length=(4, 9), seed=2)
+    assert len({d.num_nodes for d in ds}) > 1
+    model = _randomise_heads(LieAlgebraTransformer(G, score="mlp").to(D)).eval()
+    data = ds.batch_all()
+    out = model(data.g, batch=data.batch)
+    for b, d in enumerate(ds):
+        single = model(d.g)
+        assert torch.allclose(single.prediction[0], out.prediction[b], atol=1e-12)
+        assert torch.allclose(single.g, out.g[data.batch == b], atol=1e-12)
+
+
+def test_knn_and_radius_graphs_in_log_metric():
+    G = SE2()
+    g, batch, _ = _sequences(G, n=2, length=8)
+    ei = log_knn_graph(G, g, 3, batch)
+    assert ei.shape[1] == g.shape[0] * 4
+    assert (batch[ei[0]] == batch[ei[1]]).all()
+    gr = G.random(g.shape[0], dtype=D, generator=torch.Generator().manual_seed(5))  # no distance ties
+    a = G.random(1, dtype=D)
+    ei_r, ei_a = log_knn_graph(G, gr, 3, batch), log_knn_graph(G, G.compose(a, gr), 3, batch)
+    key = lambda e: set(map(tuple, e.t().tolist()))  # noqa: E731
+    assert key(ei_r) == key(ei_a)  # invariant under the left action
+    # the nearest neighbour of an interior token is one step away
+    d = relative_log(G, g, ei)[0].norm(dim=-1)
+    full = relative_log(G, g, complete_graph(batch))[0].norm(dim=-1)
+    assert d.max() <= full.max() + 1e-12
+    er = log_radius_graph(G, g, r=1e-9, batch=batch)
+    assert (er[0] == er[1]).all() and er.shape[1] == g.shape[0]
+    model = LieAlgebraTransformer(G, k=3).to(D)
+    assert model(g, batch=batch).prediction.shape == (2, 3, 3)
+
+
+# ---------------------------------------------------------------------- data set
+@pytest.mark.parametrize("name", ALL_GROUPS)
+def test_dataset_relative_poses_in_chart_and_deterministic(name):
+    G = _group(name)
+    ds = LieSequenceCompletion(G, 3, seed=7)
+    ds2 = LieSequenceCompletion(G, 3, seed=7)
+    for d, d2 in zip(ds, ds2):
+        assert torch.equal(d.g, d2.g) and torch.equal(d.target, d2.target)
+        assert d.g.shape == (7, G.matrix_size, G.matrix_size) and 1 <= int(d.missing) <= 6
+        assert int(d.missing) not in d.order.tolist()
+        # log(g_a^-1 g_b) == (k_b - k_a) xi for every pair: all relative poses are in the chart
+        k = torch.cat([d.order, d.missing]).to(D)
+        allg = torch.cat([d.g, d.target])
+        ei = complete_graph(torch.zeros(8, dtype=torch.long))
+        w, valid = relative_log(G, allg, ei)
+        assert valid is None or valid.all()
+        expect = (k[ei[0]] - k[ei[1]])[:, None] * d.xi
+        assert (w - expect).abs().max() < 1e-8 * max(1.0, float(expect.abs().max()))
+    assert not torch.equal(LieSequenceCompletion(G, 1, seed=8)[0].g, ds[0].g)
+
+
+# ------------------------------------------------------------------- training
+def test_short_training_run_reduces_loss():
+    G = SE2()
+    torch.manual_seed(0)
+    data = LieSequenceCompletion(G, 64, seed=0, dtype=torch.float32).batch_all()
+    model = LieAlgebraTransformer(G, hidden_channels=16, num_layers=2, heads=2)
+    opt = torch.optim.Adam(model.parameters(), lr=5e-3)
+    losses = []
+    for _ in range(40):
+        out = model(data.g, batch=data.batch)
+        loss = completion_loss(G, out, data.g, data.target, data.batch)
+        opt.zero_grad(); loss.backward(); opt.step()
+        losses.append(float(loss))
+    assert all(math.isfinite(v) for v in losses)
+    assert sum(losses[-5:]) / 5 < 0.6 * losses[0]

@@ -291,7 +291,10 @@ def _search(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor], batch_y: 
         src, tgt = _all_pairs(gx, gy, num_graphs)
     else:
         sdt = _search_dtype(x.dtype)
-        rc = _candidate_radius(r, sdt, d, _diameter(x, y))
+        diameter = _diameter(x, y)
+        if 4.0 * d * diameter * diameter > torch.finfo(sdt).max:  # squares would overflow
+            sdt = torch.float64
+        rc = _candidate_radius(r, sdt, d, diameter)
         fn = {"kdtree": _cand_kdtree, "torch_cluster": _cand_torch_cluster,
               "cdist": _cand_cdist}[backend]
         src, tgt = fn(xs.to(sdt), ys.to(sdt), gx, gy, num_graphs, rc, same)

@@ -180,6 +180,51 @@ def test_far_from_origin_float32():
         check(radius_graph(pos, 0.7, batch, backend=backend), ref)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_extreme_scales(backend):
+    pos, batch = random_cloud(60, 3, 2, torch.float32, seed=13)
+    allp = ref_pairs(pos, pos, math.inf, batch, batch, same=True, loop=False)
+    check(radius_graph(pos, 1e30, batch, backend=backend), allp)
+    check(radius_graph(pos, 1e200, batch, backend=backend), allp)
+    big = pos * 1e19  # float32 squares of r and of these differences overflow
+    check(radius_graph(big, 2e19, batch, backend=backend),
+          ref_pairs(big, big, 4e38, batch, batch, same=True, loop=False))
+    tiny = pos * 1e-20
+    check(radius_graph(tiny, 1e-20, batch, backend=backend),
+          ref_pairs(tiny, tiny, 1e-40, batch, batch, same=True, loop=False))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(-3, 3), st.integers(0, 1)),
+                min_size=0, max_size=30),
+       st.lists(st.tuples(st.integers(-3, 3), st.integers(-3, 3), st.integers(0, 2)),
+                min_size=0, max_size=10),
+       st.sampled_from([0.0, 1.0, 2.0, 5.0]), st.integers(0, 4))
+def test_hypothesis_integer_bipartite_truncated(xs, ys, r, k):
+    """Integer points: many exact ties at the boundary and in the truncation order."""
+    x = torch.tensor([p[:2] for p in xs], dtype=torch.float64).reshape(-1, 2)
+    y = torch.tensor([p[:2] for p in ys], dtype=torch.float64).reshape(-1, 2)
+    bx = torch.tensor([p[2] for p in xs], dtype=torch.long)
+    by = torch.tensor([p[2] for p in ys], dtype=torch.long)
+    ref = ref_pairs(x, y, r * r, bx, by, k=k)
+    for backend in BACKENDS:
+        check(radius(x, y, r, bx, by, max_num_neighbors=k, backend=backend), ref)
+
+
+def test_works_without_torch_cluster(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "torch_cluster", None)  # import torch_cluster now fails
+    nb._torch_cluster_available.cache_clear()
+    try:
+        assert "torch_cluster" not in nb.available_backends("cpu")
+        with pytest.raises(ValueError, match="pip install"):
+            radius(torch.rand(5, 3), torch.rand(2, 3), 1.0, backend="torch_cluster")
+        pos = torch.rand(40, 3)
+        check(radius_graph(pos, 0.5, backend="auto"), ref_pairs(pos, pos, 0.25, same=True, loop=False))
+    finally:
+        nb._torch_cluster_available.cache_clear()
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(-4, 4), st.integers(-4, 4), st.integers(0, 2)),
                 min_size=0, max_size=40),

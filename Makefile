@@ -14,7 +14,7 @@ test: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: setup
-	$(PY) -m pyg_lie bench neighbors
+	$(PY) -m pyg_lie bench neighbors --threads 1
 
 clean:
 	rm -rf .venv .pytest_cache .hypothesis

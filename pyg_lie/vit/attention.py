@@ -122,6 +122,7 @@ class EquivariantSelfAttention(MessagePassing):
         onehot = F.one_hot(fh, self.heads).double() / counts.sqrt()[None]  # (D, H), 1/sqrt(dim V_r)
         self.register_buffer("feat_head", fh, persistent=False)
         self.register_buffer("score_proj", onehot, persistent=False)
+        self.register_buffer("head_expand", F.one_hot(fh, self.heads).double().T.contiguous(), persistent=False)
         self.q = EquivariantLinear(V, V, bias)
         self.k = EquivariantLinear(V, V, bias)
         self.v = EquivariantLinear(V, V, bias)
@@ -152,7 +153,7 @@ class EquivariantSelfAttention(MessagePassing):
                                normalization=self.normalization, ptr=ptr)
         self._alpha = alpha
         alpha = F.dropout(alpha, p=self.dropout, training=self.training)
-        return v_j * alpha[:, self.feat_head]
+        return v_j * (alpha @ self.head_expand.to(alpha.dtype))  # (E, H) -> (E, D) per-feature weights
 
     def macs_per_token(self) -> int:
         return 4 * self.q.macs_per_token()

@@ -70,8 +70,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="model / data-order seed")
     p.add_argument("--data-seed", type=int, default=0, help="data seed (train, val, test use +0, +1, +2)")
     p.add_argument("--grad-clip", type=float, default=None)
+    p.add_argument("--eval-every", type=int, default=1, help="validate every this many epochs (and at the end)")
     p.add_argument("--double", action="store_true", help="train in float64")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads per process (0: torch's default; 1 is far faster on a busy "
+                        "2-core CPU; raise it on a large idle machine)")
     p.add_argument("--out", type=str, default="runs/springs")
     p.add_argument("--resume", type=str, default=None, help="checkpoint to continue from ('auto': OUT/checkpoint.pt)")
     p.add_argument("--stop-after", type=int, default=None,
@@ -225,7 +229,7 @@ def train_one(args: argparse.Namespace, env: DistEnv, train_set, val, test: Spri
     rows = fit(model, opt, sched, train_set, env, lambda m, b: _window_loss(m, b, dt, env.device, dtype), evaluate,
         epochs=epochs, batch_size=batch_size, seed=args.seed, out_dir=out, resume=resume,
         progress=not args.no_progress, grad_clip=args.grad_clip, extra={"args": vars(args)}, desc=title,
-        stop_after=args.stop_after)
+        stop_after=args.stop_after, eval_every=args.eval_every)
     if rows and rows[-1]["epoch"] + 1 < epochs:  # stopped early by --stop-after: resume later
         return {"n_train": n, "epochs": epochs, "stopped_after_epoch": int(rows[-1]["epoch"])}
     test.mode = "chunks"
@@ -270,6 +274,8 @@ def _plot_sweep(rows: List[Dict[str, float]], out: str, label: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.threads:
+        torch.set_num_threads(args.threads)
     env = init_distributed(args.device)
     try:
         sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else [args.n_train]

@@ -1,0 +1,39 @@
+"""Smoke tests of `pyg-lie train vit` and `pyg-lie bench vit` (tiny settings)."""
+import json
+import os
+
+import torch
+
+from pyg_lie.cli import build_parser
+
+
+def test_train_vit_cli_synthetic(tmp_path):
+    argv = ["train", "vit", "--dataset", "synthetic", "--max-train", "24", "--n-val", "12", "--n-test", "12",
+            "--img-size", "8", "--patch-size", "4", "--depth", "1", "--epochs", "1", "--ratios", "0.5,1.0",
+            "--groups", "D4,C1", "--channels", "3", "--compare-attention", "--batch-size", "16",
+            "--out", str(tmp_path)]
+    args = build_parser(argv).parse_args(argv)
+    from pyg_lie.experiments import vit
+    assert vit.main(args) == 0
+    res = json.load(open(tmp_path / "results.json"))["results"]
+    assert {r["group"] for r in res} == {"D4", "C1", "C4"}
+    assert all(0.0 <= r["test_acc"] <= 1.0 for r in res)
+    assert os.path.exists(tmp_path / "fig4_accuracy_vs_ratio.png") and os.path.exists(tmp_path / "fig5_attention.png")
+
+
+def test_rotate_images_quarter_turn_matches_rot90():
+    from pyg_lie.experiments.vit import rotate_images
+    x = torch.randn(2, 1, 6, 6)
+    torch.testing.assert_close(rotate_images(x, torch.full((2,), torch.pi / 2)), torch.rot90(x, 1, (-2, -1)),
+                               atol=1e-5, rtol=0)
+
+
+def test_bench_vit_cli(tmp_path):
+    argv = ["bench", "vit", "--img-size", "8", "--patch-size", "4", "--width", "96", "--depth", "1", "--batch", "2",
+            "--reps", "1", "--out", str(tmp_path)]
+    args = build_parser(argv).parse_args(argv)
+    from pyg_lie.benchmarks import vit
+    assert vit.main(args) == 0
+    rows = json.load(open(tmp_path / "results.json"))["rows"]
+    d4 = next(r for r in rows if r["group"] == "D4")
+    assert d4["macs_ratio_vs_same_width"] > 3.0

@@ -19,6 +19,7 @@ Two pieces live here:
 from __future__ import annotations
 
 import math
+import warnings
 from typing import List, Optional, Tuple
 
 import torch
@@ -76,15 +77,10 @@ def geodesic_neighbors(x: Tensor, y: Tensor, theta: float) -> Tensor:
     """
     try:
         from pyg_lie.neighbors import geodesic_radius  # type: ignore
-    except Exception:  # pragma: no cover - depends on the sibling module being present
-        geodesic_radius = None
-    if geodesic_radius is not None:
-        try:
-            ei = geodesic_radius(x.to(torch.float64), y.to(torch.float64), theta, max_num_neighbors=None)
-            return _sort_by_target(ei, x.shape[0])
-        except Exception:  # pragma: no cover - fall back on any API mismatch
-            pass
-    return _geodesic_radius_bruteforce(x, y, theta)
+    except ImportError:  # pragma: no cover - depends on the sibling module being present
+        return _geodesic_radius_bruteforce(x, y, theta)
+    ei = geodesic_radius(x.to(torch.float64), y.to(torch.float64), theta, max_num_neighbors=None)
+    return _sort_by_target(ei, x.shape[0])
 
 
 def _sort_by_target(edge_index: Tensor, num_src: int) -> Tensor:
@@ -94,25 +90,44 @@ def _sort_by_target(edge_index: Tensor, num_src: int) -> Tensor:
 
 
 # --------------------------------------------------------------------------- plan
-class NeighborhoodPlan:
-    """Target-sorted neighbourhoods regrouped by in-degree (a bucketed CSR).
+class Block:
+    """One group of targets processed together.
 
-    For every distinct in-degree ``K > 0`` the plan holds
-
-    * ``dst``: ``(n_K,)`` the targets with exactly ``K`` incoming edges,
-    * ``src``: ``(n_K, K)`` their sources (ascending per row),
-    * ``eid``: ``(n_K, K)`` the positions of those edges in the original ``edge_index``,
-
-    and ``inv``: ``(num_dst,)`` the permutation that maps the concatenation
-    ``[targets of group 0, group 1, ..., isolated targets]`` back to node order.
-
-    Plans are built once per graph (Python loop over distinct degrees, data
-    dependent) and then reused; all tensors live on one device (:meth:`to`).
+    * ``dst`` ``(n,)``: the targets;
+    * ``shared`` ``(S,)``: sources every target of the block attends to (``S = 0``
+      for a plain degree bucket); their scores come from one dense matmul;
+    * ``src`` ``(n, K)``: the remaining sources of each target (same ``K`` for all);
+    * ``eid_shared`` ``(n, S)``, ``eid`` ``(n, K)``: positions of those edges in the
+      original ``edge_index`` (for ``return_attention_weights``).
     """
 
-    def __init__(self, groups: List[Tuple[Tensor, Tensor, Tensor]], inv: Tensor, num_src: int,
-                 num_dst: int, num_edges: int, num_isolated: int) -> None:
-        self.groups = groups
+    __slots__ = ("dst", "shared", "src", "eid_shared", "eid")
+
+    def __init__(self, dst: Tensor, shared: Tensor, src: Tensor, eid_shared: Tensor, eid: Tensor) -> None:
+        self.dst, self.shared, self.src, self.eid_shared, self.eid = dst, shared, src, eid_shared, eid
+
+    def to(self, device) -> "Block":
+        return Block(*(getattr(self, a).to(device) for a in self.__slots__))
+
+
+class NeighborhoodPlan:
+    """Target-sorted neighbourhoods regrouped into dense blocks (a bucketed CSR).
+
+    Targets are grouped by in-degree ``K``: inside a group every neighbourhood is a
+    dense ``(n, K)`` index block, so scores, softmax and aggregation need no
+    scatter. Optionally (``dst_groups``, e.g. the latitude ring of each target on a
+    grid) a group of targets whose neighbourhoods share at least ``min_shared``
+    sources -- the full polar rings of an equiangular grid -- gets those shared
+    sources as one dense matmul block.
+
+    ``inv`` ``(num_dst,)`` maps the concatenation ``[targets of block 0, block 1,
+    ..., isolated targets]`` back to node order. Plans are built once per graph
+    (Python loops, data dependent) and then reused; see :meth:`to` for devices.
+    """
+
+    def __init__(self, blocks: List[Block], inv: Tensor, num_src: int, num_dst: int, num_edges: int,
+                 num_isolated: int) -> None:
+        self.blocks = blocks
         self.inv = inv
         self.num_src = int(num_src)
         self.num_dst = int(num_dst)
@@ -120,13 +135,16 @@ class NeighborhoodPlan:
         self.num_isolated = int(num_isolated)
 
     @classmethod
-    def from_edge_index(cls, edge_index: Tensor, num_src: int, num_dst: int,
-                        keep_order: bool = False) -> "NeighborhoodPlan":
-        """Build a plan from a ``(2, E)`` edge index ``[source; target]`` (any edge order).
+    def from_edge_index(cls, edge_index: Tensor, num_src: int, num_dst: int, keep_order: bool = False,
+                        dst_groups: Optional[Tensor] = None, min_shared: int = 64) -> "NeighborhoodPlan":
+        """Build a plan from a ``(2, E)`` edge index ``[source; target]`` (any edge order, no duplicates).
 
-        Within a neighbourhood the sources are ordered by index, or, with
-        ``keep_order=True``, in the order they appear in ``edge_index`` (the grid
-        layer uses this to give every longitude the same summation order).
+        Args:
+            keep_order: order the sources of a neighbourhood as they appear in
+                ``edge_index`` (default: by source index). The grid layer uses this to
+                give every longitude the same summation order.
+            dst_groups: optional ``(num_dst,)`` labels; targets with one label and one
+                degree are checked for ``>= min_shared`` common sources.
         """
         if edge_index.dim() != 2 or edge_index.shape[0] != 2:
             raise ValueError(f"edge_index must have shape (2, E), got {tuple(edge_index.shape)}")
@@ -140,39 +158,260 @@ class NeighborhoodPlan:
         deg = torch.bincount(dst_sorted, minlength=num_dst)
         ptr = torch.zeros(num_dst + 1, dtype=torch.long, device=device)
         ptr[1:] = torch.cumsum(deg, 0)
-        groups = []
-        order = []
-        for K in torch.unique(deg).tolist():
-            targets = torch.nonzero(deg == K, as_tuple=True)[0]
-            if K == 0:
-                continue
+        empty = torch.empty(0, dtype=torch.long, device=device)
+        blocks: List[Block] = []
+        remaining = deg > 0
+        if dst_groups is not None:
+            dst_groups = dst_groups.to(device=device, dtype=torch.long)
+            for label in torch.unique(dst_groups).tolist():
+                targets = torch.nonzero((dst_groups == label) & remaining, as_tuple=True)[0]
+                if targets.numel() < 2:
+                    continue
+                Ks = torch.unique(deg[targets])
+                if Ks.numel() != 1:
+                    continue
+                K = int(Ks[0])
+                pos = ptr[targets].unsqueeze(1) + torch.arange(K, device=device).unsqueeze(0)
+                src, eid = src_sorted[pos], perm[pos]
+                count = torch.bincount(src.reshape(-1), minlength=num_src)
+                is_shared = count[src] == targets.numel()
+                S = int(is_shared[0].sum())
+                if S < min_shared:
+                    continue
+                n = targets.numel()
+                s_m, e_m = src[is_shared].view(n, S), eid[is_shared].view(n, S)
+                order = torch.argsort(s_m, dim=1)
+                shared = s_m[0, order[0]]
+                blocks.append(Block(targets, shared, src[~is_shared].view(n, K - S),
+                                    torch.gather(e_m, 1, order), eid[~is_shared].view(n, K - S)))
+                remaining[targets] = False
+        for K in torch.unique(deg[remaining]).tolist():
+            targets = torch.nonzero(remaining & (deg == K), as_tuple=True)[0]
             pos = ptr[targets].unsqueeze(1) + torch.arange(K, device=device).unsqueeze(0)
-            groups.append((targets, src_sorted[pos], perm[pos]))
-            order.append(targets)
+            blocks.append(Block(targets, empty, src_sorted[pos], empty.view(targets.numel(), 0), perm[pos]))
         isolated = torch.nonzero(deg == 0, as_tuple=True)[0]
-        order.append(isolated)
-        order_t = torch.cat(order) if order else torch.empty(0, dtype=torch.long, device=device)
+        order_t = torch.cat([b.dst for b in blocks] + [isolated])
         inv = torch.empty_like(order_t)
         inv[order_t] = torch.arange(order_t.numel(), device=device)
-        return cls(groups, inv, num_src, num_dst, E, isolated.numel())
+        return cls(blocks, inv, num_src, num_dst, E, isolated.numel())
+
+    def _build_source_csr(self) -> None:
+        # CSR (num_src x E_p) summing per-edge gradient rows (non-shared edges, in block order) into
+        # their sources: one sparse-dense matmul instead of a slow scatter (index_add_) on CPU
+        edge_src = torch.cat([b.src.reshape(-1) for b in self.blocks]) if self.blocks else self.inv.new_empty(0)
+        order = torch.argsort(edge_src, stable=True)
+        crow = torch.zeros(self.num_src + 1, dtype=torch.long, device=self.inv.device)
+        crow[1:] = torch.cumsum(torch.bincount(edge_src, minlength=self.num_src), 0)
+        self._src_crow, self._src_col = crow, order
+        self._src_csr = {}
+
+    def source_csr(self, dtype: torch.dtype) -> Tensor:
+        """Sparse ``(num_src, E_p)`` 0/1 matrix mapping non-shared edges (block order) to sources."""
+        if not hasattr(self, "_src_crow"):
+            self._build_source_csr()
+        csr = self._src_csr.get(dtype)
+        if csr is None:
+            vals = torch.ones(self._src_col.numel(), dtype=dtype, device=self._src_col.device)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
+                csr = torch.sparse_csr_tensor(self._src_crow, self._src_col, vals,
+                                              size=(self.num_src, self._src_col.numel()), check_invariants=False)
+            self._src_csr[dtype] = csr
+        return csr
 
     def to(self, device) -> "NeighborhoodPlan":
-        groups = [(d.to(device), s.to(device), e.to(device)) for d, s, e in self.groups]
-        return NeighborhoodPlan(groups, self.inv.to(device), self.num_src, self.num_dst,
-                                self.num_edges, self.num_isolated)
+        return NeighborhoodPlan([b.to(device) for b in self.blocks], self.inv.to(device), self.num_src,
+                                self.num_dst, self.num_edges, self.num_isolated)
 
     @property
-    def degrees(self) -> List[int]:
-        return [int(s.shape[1]) for _, s, _ in self.groups]
+    def degrees(self) -> List[Tuple[int, int]]:
+        """``(shared, remaining)`` degree of each block."""
+        return [(int(b.shared.numel()), int(b.src.shape[1])) for b in self.blocks]
 
     def __repr__(self) -> str:
         return (f"NeighborhoodPlan(num_src={self.num_src}, num_dst={self.num_dst}, "
-                f"num_edges={self.num_edges}, degrees={self.degrees}, isolated={self.num_isolated})")
+                f"num_edges={self.num_edges}, blocks={self.degrees}, isolated={self.num_isolated})")
 
 
 # --------------------------------------------------------------------------- attention
+_CHUNK_ELEMS = 1 << 18  # gathered elements per chunk (1 MiB of float32): keeps temporaries in cache
+
+
+def _chunks(n: int, per_row: int):
+    step = max(1, _CHUNK_ELEMS // max(per_row, 1))
+    return range(0, n, step), step
+
+
+def _block_forward(q2: Tensor, k2: Tensor, v2: Tensor, log_w: Optional[Tensor], b: Block, out: Tensor
+                   ) -> Tensor:
+    """Forward of one block on channel-major ``q2 (N_dst, D, M)``, ``k2 (N_src, D, M)``, ``v2 (N_src, Dv, M)``.
+
+    ``M`` = batch x heads is innermost so that the reductions over ``D`` and over
+    the neighbours are vectorised along it. Writes the block's outputs into ``out``
+    (rows ``b.dst``) and returns its attention weights, ``(M, n, S + K)`` for a
+    shared block and ``(n, K, M)`` for a plain one.
+    """
+    n, K = b.src.shape
+    S = b.shared.numel()
+    D, M = q2.shape[1], q2.shape[2]
+    Dv = v2.shape[1]
+    if S == 0:
+        alphas = []
+        starts, step = _chunks(n, K * M * max(D, Dv))
+        for i in starts:
+            dst, src = b.dst[i:i + step], b.src[i:i + step]
+            c = dst.numel()
+            flat = src.reshape(-1)
+            s = (k2.index_select(0, flat).view(c, K, D, M) * q2.index_select(0, dst).unsqueeze(1)).sum(2)
+            if log_w is not None:
+                s = s + log_w.index_select(0, flat).view(c, K, 1)
+            a = dense_edge_attention(s, dim=1)  # (c, K, M)
+            o = (v2.index_select(0, flat).view(c, K, Dv, M) * a.unsqueeze(2)).sum(1)
+            out.index_copy_(0, dst, o)
+            alphas.append(a)
+        return torch.cat(alphas, 0)
+    # shared sources: one batched matmul over the M = batch x heads slices
+    qd = q2.index_select(0, b.dst)  # (n, D, M)
+    qT = qd.permute(2, 0, 1).contiguous()  # (M, n, D)
+    ks = k2.index_select(0, b.shared).permute(2, 1, 0).contiguous()  # (M, D, S)
+    vs = v2.index_select(0, b.shared).permute(2, 0, 1).contiguous()  # (M, S, Dv)
+    s = torch.bmm(qT, ks)  # (M, n, S)
+    if log_w is not None:
+        s = s + log_w.index_select(0, b.shared).view(1, 1, S)
+    if K > 0:
+        flat = b.src.reshape(-1)
+        sp = (k2.index_select(0, flat).view(n, K, D, M) * qd.unsqueeze(1)).sum(2)  # (n, K, M)
+        if log_w is not None:
+            sp = sp + log_w.index_select(0, flat).view(n, K, 1)
+        s = torch.cat([s, sp.permute(2, 0, 1)], dim=2)  # (M, n, S + K)
+    a = dense_edge_attention(s, dim=2)
+    o = torch.bmm(a[:, :, :S], vs).permute(1, 2, 0)  # (n, Dv, M)
+    if K > 0:
+        vg = v2.index_select(0, b.src.reshape(-1)).view(n, K, Dv, M)
+        o = o + (vg * a[:, :, S:].permute(1, 2, 0).unsqueeze(2)).sum(1)
+    out.index_copy_(0, b.dst, o.contiguous())
+    return a
+
+
+def _block_backward(q2, k2, v2, b: Block, a: Tensor, g2: Tensor, dq: Tensor, dk: Tensor, dv: Tensor,
+                    contrib: Tensor) -> None:
+    """Gradients of one block; softmax backward ``ds = a (da - sum_j a da)``.
+
+    ``dq`` rows of the block's targets are written; the per-edge key/value gradient
+    rows of non-shared edges go to ``contrib`` ``(n * K, (D + Dv) * M)`` (summed into
+    sources later by one sparse matmul); shared sources are added to the 2-D
+    ``dk``/``dv`` ``(N_src, D * M)`` views directly.
+    """
+    n, K = b.src.shape
+    S = b.shared.numel()
+    D, M = q2.shape[1], q2.shape[2]
+    Dv = v2.shape[1]
+    if S == 0:
+        starts, step = _chunks(n, K * M * max(D, Dv))
+        for i in starts:
+            dst, src = b.dst[i:i + step], b.src[i:i + step]
+            ac = a[i:i + step]  # (c, K, M)
+            c = dst.numel()
+            flat = src.reshape(-1)
+            rows = contrib[i * K:(i + c) * K]
+            gc = g2.index_select(0, dst).unsqueeze(1)  # (c, 1, Dv, M)
+            da = (v2.index_select(0, flat).view(c, K, Dv, M) * gc).sum(2)  # (c, K, M)
+            torch.mul(ac.unsqueeze(2), gc, out=rows[:, D * M:].view(c, K, Dv, M))
+            ds = ac * (da - (ac * da).sum(1, keepdim=True))
+            dsu = ds.unsqueeze(2)
+            dq.index_copy_(0, dst, (k2.index_select(0, flat).view(c, K, D, M) * dsu).sum(1))
+            torch.mul(dsu, q2.index_select(0, dst).unsqueeze(1), out=rows[:, :D * M].view(c, K, D, M))
+        return
+    gd = g2.index_select(0, b.dst)  # (n, Dv, M)
+    qd = q2.index_select(0, b.dst)  # (n, D, M)
+    gT = gd.permute(2, 0, 1).contiguous()  # (M, n, Dv)
+    qT = qd.permute(2, 0, 1).contiguous()  # (M, n, D)
+    ks = k2.index_select(0, b.shared).permute(2, 0, 1).contiguous()  # (M, S, D)
+    vsT = v2.index_select(0, b.shared).permute(2, 1, 0).contiguous()  # (M, Dv, S)
+    da = torch.bmm(gT, vsT)  # (M, n, S)
+    if K > 0:
+        flat = b.src.reshape(-1)
+        dap = (v2.index_select(0, flat).view(n, K, Dv, M) * gd.unsqueeze(1)).sum(2)  # (n, K, M)
+        da = torch.cat([da, dap.permute(2, 0, 1)], dim=2)
+    ds = a * (da - (a * da).sum(2, keepdim=True))  # (M, n, S + K)
+    a_s = a[:, :, :S].transpose(1, 2).contiguous()
+    ds_s = ds[:, :, :S].contiguous()
+    dv.index_add_(0, b.shared, torch.bmm(a_s, gT).permute(1, 2, 0).reshape(S, Dv * M))
+    dk.index_add_(0, b.shared, torch.bmm(ds_s.transpose(1, 2), qT).permute(1, 2, 0).reshape(S, D * M))
+    dqd = torch.bmm(ds_s, ks).permute(1, 2, 0)  # (n, D, M)
+    if K > 0:
+        ap = a[:, :, S:].permute(1, 2, 0).unsqueeze(2)  # (n, K, 1, M)
+        dsp = ds[:, :, S:].permute(1, 2, 0).unsqueeze(2)
+        torch.mul(ap, gd.unsqueeze(1), out=contrib[:, D * M:].view(n, K, Dv, M))
+        dqd = dqd + (k2.index_select(0, flat).view(n, K, D, M) * dsp).sum(1)
+        torch.mul(dsp, qd.unsqueeze(1), out=contrib[:, :D * M].view(n, K, D, M))
+    dq.index_copy_(0, b.dst, dqd.contiguous())
+
+
+class _PlannedAttention(torch.autograd.Function):
+    """Fused forward and hand-written backward; saves only q, k, v and the attention weights."""
+
+    @staticmethod
+    def forward(ctx, q2: Tensor, k2: Tensor, v2: Tensor, log_w: Optional[Tensor], plan: "NeighborhoodPlan"):
+        shape = (plan.num_dst, v2.shape[1], v2.shape[2])
+        out = v2.new_zeros(shape) if plan.num_isolated else v2.new_empty(shape)
+        alphas = [_block_forward(q2, k2, v2, log_w, b, out) for b in plan.blocks]
+        ctx.plan = plan
+        ctx.save_for_backward(q2, k2, v2, *alphas)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g2: Tensor):
+        q2, k2, v2, *alphas = ctx.saved_tensors
+        plan = ctx.plan
+        g2 = g2.contiguous()
+        dq = torch.zeros_like(q2) if plan.num_isolated else torch.empty_like(q2)
+        D, M, Dv = q2.shape[1], q2.shape[2], v2.shape[1]
+        dk, dv = torch.zeros_like(k2), torch.zeros_like(v2)
+        dk2, dv2 = dk.view(dk.shape[0], -1), dv.view(dv.shape[0], -1)
+        sizes = [b.src.numel() for b in plan.blocks]
+        contrib = q2.new_empty(sum(sizes), (D + Dv) * M)
+        off = 0
+        for b, a, size in zip(plan.blocks, alphas, sizes):
+            _block_backward(q2, k2, v2, b, a, g2, dq, dk2, dv2, contrib[off:off + size])
+            off += size
+        if contrib.shape[0] > 0:
+            summed = plan.source_csr(contrib.dtype) @ contrib  # (N_src, (D + Dv) * M)
+            dk2.add_(summed[:, :D * M])
+            dv2.add_(summed[:, D * M:])
+        return dq, dk, dv, None, None
+
+
+def _composite(q2, k2, v2, log_w, plan, need_weights):
+    """Same maths with plain autograd ops (used for torch.compile, weights, double backward)."""
+    outs, alphas = [], []
+    M, D, Dv = q2.shape[1], q2.shape[2], v2.shape[2]
+    for b in plan.blocks:
+        n, K = b.src.shape
+        src = torch.cat([b.shared.unsqueeze(0).expand(n, -1), b.src], 1)
+        eid = torch.cat([b.eid_shared, b.eid], 1)
+        Kt = src.shape[1]
+        flat = src.reshape(-1)
+        s = (k2.index_select(0, flat).view(n, Kt, M, D) * q2.index_select(0, b.dst).unsqueeze(1)).sum(-1)
+        if log_w is not None:
+            s = s + log_w.index_select(0, flat).view(n, Kt, 1)
+        a = dense_edge_attention(s, dim=1)
+        outs.append((v2.index_select(0, flat).view(n, Kt, M, Dv) * a.unsqueeze(-1)).sum(1))
+        if need_weights:
+            alphas.append((eid.reshape(-1), a.reshape(n * Kt, M)))
+    outs.append(v2.new_zeros(plan.num_isolated, M, Dv))
+    out = torch.cat(outs, 0).index_select(0, plan.inv)
+    alpha = None
+    if need_weights:
+        alpha = q2.new_zeros(plan.num_edges, M)
+        for eid, a in alphas:
+            alpha = alpha.index_copy(0, eid, a)
+    return out, alpha
+
+
 def planned_attention(q: Tensor, k: Tensor, v: Tensor, log_w: Optional[Tensor], plan: NeighborhoodPlan,
-                      need_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
+                      need_weights: bool = False, fused: Optional[bool] = None) -> Tuple[Tensor, Optional[Tensor]]:
     r"""Quadrature-weighted neighbourhood softmax attention on a :class:`NeighborhoodPlan`.
 
     .. math::
@@ -187,36 +426,29 @@ def planned_attention(q: Tensor, k: Tensor, v: Tensor, log_w: Optional[Tensor], 
         log_w: ``(N_src,)`` log quadrature weights of the sources, or ``None``.
         plan: the grouped neighbourhoods.
         need_weights: also return the attention weights in edge order ``(E, *, H)``.
+        fused: use the hand-written autograd function (default: unless compiling,
+            returning weights, or ``log_w`` needs a gradient). It is
+            once-differentiable; the composite path supports double backward.
 
     Returns:
         ``(N_dst, *, H, Dv)`` output (zeros for targets without neighbours) and
         optionally the ``(E, *, H)`` attention weights.
     """
-    outs = []
-    alphas = []
-    extra = q.dim() - 2  # number of dims after the node dim, before D
-    for dst, src, eid in plan.groups:
-        n, K = src.shape
-        flat = src.reshape(-1)
-        qg = q.index_select(0, dst).unsqueeze(1)  # (n, 1, *, H, D)
-        kg = k.index_select(0, flat).view(n, K, *k.shape[1:])  # (n, K, *, H, D)
-        s = (qg * kg).sum(-1)  # (n, K, *, H)
-        if log_w is not None:
-            s = s + log_w.index_select(0, flat).view(n, K, *([1] * extra))
-        a = dense_edge_attention(s, dim=1)
-        vg = v.index_select(0, flat).view(n, K, *v.shape[1:])
-        outs.append((a.unsqueeze(-1) * vg).sum(1))
-        if need_weights:
-            alphas.append((eid.reshape(-1), a.reshape(n * K, *a.shape[2:])))
-    if plan.num_isolated > 0:
-        outs.append(v.new_zeros(plan.num_isolated, *v.shape[1:]))
-    if outs:
-        out = torch.cat(outs, 0).index_select(0, plan.inv)
+    lead = q.shape[1:-1]
+    q2 = q.reshape(q.shape[0], -1, q.shape[-1])
+    k2 = k.reshape(k.shape[0], -1, k.shape[-1])
+    v2 = v.reshape(v.shape[0], -1, v.shape[-1])
+    if fused is None:
+        fused = not (need_weights or torch.compiler.is_compiling()
+                     or (log_w is not None and log_w.requires_grad))
+    if fused:
+        # channel-major (N, D, M) so that every reduction runs over a non-innermost dim
+        out = _PlannedAttention.apply(q2.transpose(1, 2).contiguous(), k2.transpose(1, 2).contiguous(),
+                                      v2.transpose(1, 2).contiguous(), log_w, plan)
+        out, alpha = out.transpose(1, 2), None
     else:
-        out = v.new_zeros(plan.num_dst, *v.shape[1:])
-    alpha = None
-    if need_weights:
-        alpha = q.new_zeros(plan.num_edges, *q.shape[1:-1])
-        for eid, a in alphas:
-            alpha = alpha.index_copy(0, eid, a)
+        out, alpha = _composite(q2, k2, v2, log_w, plan, need_weights)
+    out = out.view(out.shape[0], *lead, v.shape[-1])
+    if alpha is not None:
+        alpha = alpha.view(alpha.shape[0], *lead)
     return out, alpha

@@ -99,7 +99,10 @@ def grid_graph(in_shape: Tuple[int, int], out_shape: Tuple[int, int], grid_in: s
                           nlon_in)
     order_key = (dst * nlat_in + torch.div(src, nlon_in, rounding_mode="floor")) * nlon_in + rel
     edge_index = edge_index[:, torch.argsort(order_key)]
-    plan = NeighborhoodPlan.from_edge_index(edge_index, pos_in.shape[0], pos_out.shape[0], keep_order=True)
+    # targets of one output ring that all see whole input rings (the poles) share those sources
+    rows = torch.arange(pos_out.shape[0]) // nlon_out
+    plan = NeighborhoodPlan.from_edge_index(edge_index, pos_in.shape[0], pos_out.shape[0], keep_order=True,
+                                            dst_groups=rows)
     entry = {"edge_index": edge_index.to(device), "quad_weights": qw.to(device), "plan": plan.to(device)}
     _CACHE[key] = entry
     while len(_CACHE) > _CACHE_SIZE:

@@ -310,6 +310,6 @@ def test_short_training_run_reduces_loss():
         out = model(data.g, batch=data.batch)
         loss = completion_loss(G, out, data.g, data.target, data.batch)
         opt.zero_grad(); loss.backward(); opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     assert all(math.isfinite(v) for v in losses)
     assert sum(losses[-5:]) / 5 < 0.6 * losses[0]

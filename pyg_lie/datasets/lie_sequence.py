@@ -10,8 +10,10 @@ principal log chart so that ``log`` returns ``(k' - k) xi``. That holds iff ever
 eigenvalue ``mu`` of ``(L-1) hat(xi)`` has ``|Im mu| < pi`` (for SO(n)/SE(n): the
 rotation angle times ``L-1`` is below ``pi``; for Aff(n): also no eigenvalue of the
 linear part on the negative real axis). The step is drawn blockwise,
-``xi[b] ~ N(0, std_b^2)`` (``std = step_std.get(block, 0.2)``, ``translation``
-0.5 by default), and rescaled if needed so that ``max |Im mu| <= margin * pi``
+each block ``xi[b]`` gets a uniformly random direction and the norm
+``r sqrt(|b|) std_b`` with ``r ~ U[0.5, 1]`` (``std = step_std.get(block, 0.2)``,
+``translation`` 0.5 by default; the typical size of ``N(0, std^2 I)`` without its
+near-zero tail, so the step length varies by at most 2x), and rescaled if needed so that ``max |Im mu| <= margin * pi``
 (``margin = 0.9``). Everything is a deterministic function of ``seed``.
 
 Items are :class:`torch_geometric.data.Data` with
@@ -36,7 +38,7 @@ from torch_geometric.data import Batch, Data, Dataset
 
 from ..groups import LieGroup, get_group
 
-DEFAULT_STEP_STD = {"translation": 0.5}
+DEFAULT_STEP_STD = {"translation": 1.0, "rotation": 0.4}
 
 
 class LieSequenceCompletion(Dataset):
@@ -78,11 +80,17 @@ class LieSequenceCompletion(Dataset):
         G, gen = self.group, torch.Generator().manual_seed(int(self.seed))
         S, (lo, hi) = self.num_sequences, self.length_range
         lengths = torch.randint(lo, hi + 1, (S,), generator=gen)
-        scale = torch.full((G.dim,), 0.2, dtype=torch.float64)
+        scale = torch.full((G.dim,), 0.15, dtype=torch.float64)
         for name, sl in G.blocks.items():
             if name in self.step_std:
                 scale[sl] = self.step_std[name]
-        xi = torch.randn(S, G.dim, generator=gen, dtype=torch.float64) * scale
+        # blockwise: uniformly random direction in each block, magnitude in [0.5, 1] * std * sqrt(|b|)
+        xi = torch.randn(S, G.dim, generator=gen, dtype=torch.float64)
+        for sl in G.blocks.values():
+            n = float(xi[:, sl].shape[1])
+            r = 0.5 + 0.5 * torch.rand(S, 1, generator=gen, dtype=torch.float64)
+            xi[:, sl] = xi[:, sl] / xi[:, sl].norm(dim=1, keepdim=True).clamp(min=1e-12) * r * math.sqrt(n)
+        xi = xi * scale
         # chart: |Im eig((L-1) hat(xi))| <= margin * pi
         im = torch.linalg.eigvals(G.hat(xi)).imag.abs().amax(-1) * (lengths - 1)
         xi = xi * torch.clamp(self.margin * math.pi / im.clamp(min=1e-300), max=1.0)[:, None]

@@ -84,6 +84,11 @@ def evaluate(model, data, batch_size: int = 256) -> torch.Tensor:
     return torch.cat(errs)
 
 
+def step_norms(data) -> torch.Tensor:
+    """``||xi||`` per sequence (the natural unit of the pose error)."""
+    return data.xi.norm(dim=-1).double()
+
+
 def run_one(group: str, score: str, seed: int, args, progress: bool = True) -> dict:
     """Train and evaluate one model; returns a dict of metrics."""
     from tqdm import tqdm
@@ -132,6 +137,7 @@ def run_one(group: str, score: str, seed: int, args, progress: bool = True) -> d
     return {
         "group": group, "score": score, "model": MODEL_LETTER[score], "seed": seed,
         "pose_error": float(err.mean()), "pose_error_median": float(err.median()),
+        "relative_pose_error": float((err / step_norms(test)).mean()),
         "equivariance_error": float(eq.mean()), "equivariance_error_max": float(eq.max()),
         "score_params": model.num_score_parameters(), "total_params": model.num_parameters(),
         "final_loss": float(sum(losses[-50:]) / max(1, len(losses[-50:]))),
@@ -143,7 +149,8 @@ def aggregate(runs: list[dict]) -> dict:
     """Mean and std over seeds of the scalar metrics."""
     out = {k: runs[0][k] for k in ("group", "score", "model", "score_params", "total_params")}
     out["seeds"] = [r["seed"] for r in runs]
-    for key in ("pose_error", "equivariance_error", "train_time_s", "final_loss"):
+    out["steps"] = runs[0]["steps"]
+    for key in ("pose_error", "relative_pose_error", "equivariance_error", "train_time_s", "final_loss"):
         v = torch.tensor([r[key] for r in runs], dtype=torch.float64)
         out[key] = float(v.mean())
         out[key + "_std"] = float(v.std()) if len(runs) > 1 else 0.0

@@ -7,7 +7,7 @@ matrices) and scaled dot-product attention, which is *not* equivariant.
 
 Architecture (identical for all three models, paper: 3 layers, 4 heads, hidden 32)::
 
-    h^0_i = t (+ W_x x_i)                       t: learned constant (G, C)
+    h^0_i = t (+ W_x x_i)                       t: learned constant, zero-initialised (G, C)
     h^0_i = t + W_g vec(g_i) (+ W_x x_i)         (A)
     for each layer:  h <- LN(h + W_O Attn(h))
                      h <- LN(h + FFN(h))        FFN: Linear-GELU-Linear (2x width)
@@ -220,7 +220,9 @@ class _TokenTransformer(nn.Module):
     _uses_relative_logs = True
 
     def reset_parameters(self) -> None:
-        nn.init.normal_(self.token, std=1.0)
+        # zero start: the first layer then sees pure geometry (w_ij) instead of a large
+        # constant offset, which otherwise keeps training on a linear plateau for long
+        nn.init.zeros_(self.token)
         for m in self.modules():
             if m is not self and hasattr(m, "reset_parameters"):
                 m.reset_parameters()

@@ -178,3 +178,19 @@ def test_irrepwise_model_and_dtype_device():
     assert y.dtype == torch.float64 and y.shape == (3, 2)
     y.sum().backward()
     assert all(p.grad is not None for p in m.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize("group,grid,P", [("D4", "square", 2), ("C4", "square", 3), ("D6", "hex", 2), ("D3", "hex", 2)])
+def test_patch_embedding_spans_full_hom_space(group, grid, P):
+    """dim Hom_G(C(U), V) from the numerical null space equals the number of patch weights."""
+    from pyg_lie.vit.irreps import invariant_subspace
+    gr = SquareGrid(group, 2 * P, P) if grid == "square" else HexGrid(group, 8, P, 1)
+    V = FieldType.regular(group, 1)
+    pe = EquivariantPatchEmbed(gr, 1, V)
+    G = V.group
+    mats = []
+    for g in G.generators:
+        pi = np.zeros((gr.patch_pixels, gr.patch_pixels))
+        pi[gr.U_perms[g], np.arange(gr.patch_pixels)] = 1.0
+        mats.append(np.kron(V.representation(g), pi))
+    assert invariant_subspace(np.stack(mats)).shape[0] == sum(p.numel() for p in pe.linear.weights.values())

@@ -73,6 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mlp-gset", default="regular")
     p.add_argument("--mlp-ratio", type=float, default=1.0)
     p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--evals", type=int, default=10, help="validations per run (early-stopping checkpoints)")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--weight-decay", type=float, default=0.05)
     p.add_argument("--device", default="cpu")
@@ -242,6 +243,7 @@ def train_one(model, data, ratio: float, seed: int, a, desc: str) -> dict:
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=a.lr, total_steps=steps, pct_start=0.1)
     best = (-1.0, 0.0, 0)
     t0 = time.time()
+    every = max(1, epochs // a.evals)  # validation (and test at the best validation) ~a.evals times per run
     bar = tqdm(range(epochs), desc=desc, leave=False, mininterval=5.0)
     for ep in bar:
         model.train()
@@ -253,6 +255,8 @@ def train_one(model, data, ratio: float, seed: int, a, desc: str) -> dict:
             loss.backward()
             opt.step()
             sched.step()
+        if (ep + 1) % every and ep + 1 != epochs:
+            continue
         val = _evaluate(model, xv, yv, 256, dev)
         if val > best[0]:
             best = (val, _evaluate(model, xte, yte, 256, dev), ep)

@@ -187,3 +187,18 @@ def test_relative_log_at_cut_is_exact_and_one_sided(name):
     assert torch.allclose(G.exp(out), g, atol=1e-9)  # same elements
     assert torch.allclose(out[0], out[1], atol=1e-9)  # both sides of the cut agree
     assert torch.allclose(out[2:], G.log(g[2:]))  # away from the cut: the principal log
+
+
+def test_graphgym_registration_idempotent():
+    import pyg_lie
+    from torch_geometric.data import Data
+    out1 = pyg_lie.register_graphgym()
+    out2 = pyg_lie.register_graphgym()  # no KeyError on the second call
+    assert out1 == out2 and "lie_self_attention" in out1
+    from torch_geometric.graphgym.models.layer import LayerConfig
+    G, layer, pos, lifted, ei, inv = setup("SE2", OPTIONS[0], dtype=torch.float32)
+    gg = out1["lie_self_attention"](LayerConfig(dim_in=8, dim_out=16))
+    b = gg(Data(x=lifted.x, edge_index=ei, g=lifted.g))
+    assert b.x.shape == (lifted.x.size(0), 16)
+    pooled = out1["group_mean"](b.x, lifted.batch)
+    assert pooled.shape == (1, 16)

@@ -1,14 +1,359 @@
 """``pyg-lie bench lie-self-attention``: sparse LieSelfAttention vs dense vs TransformerConv.
 
-(filled in below)
+Prints, in one run, forward+backward wall time (median of ``--repeats`` after
+one warm-up) and peak memory of
+
+* **sparse**: :class:`~pyg_lie.nn.LieSelfAttention` on the lifted radius graph
+  (edge list, memory ``O(E (heads + d))``);
+* **dense**: the same layer with the same parameters computed over all
+  ``(N K)^2`` pairs with a neighbourhood mask (how the official LieTransformer
+  computes it; :func:`dense_lie_self_attention`, checked equal to the sparse
+  layer in the tests);
+* **TransformerConv**: PyG's non-equivariant ``TransformerConv`` on the same
+  lifted graph (edge features = the relative log), as a reference;
+
+against ``N`` (points per cloud) and the number of lift samples ``K``, and the
+full model (lift + edges + blocks + pooling) on the configurations whose
+official-implementation timings are listed in ``FIELD_NOTES.md`` section 2.
+
+Peak memory: each implementation runs in its own subprocess (started with
+``MALLOC_MMAP_THRESHOLD_=65536`` so that freed tensors go back to the OS);
+before every configuration the kernel's peak-RSS mark is reset
+(``echo 5 > /proc/self/clear_refs``) and reported is ``VmHWM`` minus the RSS
+right before the timed calls (inputs and parameters already allocated), i.e.
+the extra memory of forward+backward. Where the reset is not permitted, every
+configuration gets a fresh subprocess and ``ru_maxrss`` instead. Timings on a shared machine are noisy:
+run the comparisons back to back and repeat them.
 """
 from __future__ import annotations
 
+import argparse
+import json
 import math
-from typing import Optional
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional
 
 import torch
 from torch import Tensor
+
+__all__ = ["add_arguments", "main", "dense_lie_self_attention", "run_config"]
+
+#: official implementation on this CPU (FIELD_NOTES section 2): seconds, GB
+OFFICIAL = {
+    "T2 32x32 d128 L4 all": (0.12, 0.19, 0.9),
+    "SE2 K4 32x32 d128 L4 all": (4.2, 4.4, 4.4),
+    "T2 N512 d64 L2 all": (1.2, 1.2, 1.6),
+    "T2 N1024 d64 L2 all": (4.2, 4.5, 4.6),
+    "T2 N2048 d64 L2 all": (24.0, 27.0, 15.6),
+    "SE2 K4 N128 d64 L2 all": (1.0, 1.0, 1.6),
+    "SE2 K4 N256 d64 L2 all": (3.5, 3.5, 4.8),
+    "SE2 K4 N512 d64 L2 all": (31.0, 31.0, 15.8),
+    "T2 N1024 d64 L2 nbhd32": (0.21, 0.21, 0.8),
+    "T2 N2048 d64 L2 nbhd32": (1.07, 1.07, 1.3),
+    "SE2 K4 N512 d64 L2 nbhd32": (1.39, 1.39, 1.4),
+}
+
+
+def _rss_kb() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+
+
+def _reset_peak() -> bool:
+    """Reset this process's peak-RSS mark (Linux >= 4.0); False where not permitted."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_kb() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _cloud(n: int, num_clouds: int, degree: Optional[float], gen: torch.Generator):
+    """``num_clouds`` clouds of ``n`` points; uniform in a square whose side gives
+    about ``degree`` neighbours within radius 1 (``degree=None``: randn, all pairs)."""
+    if degree is None:
+        pos = torch.randn(num_clouds * n, 2, generator=gen)
+        return pos, None
+    side = math.sqrt(n * math.pi / degree)
+    pos = torch.rand(num_clouds * n, 2, generator=gen) * side
+    return pos, 1.0
+
+
+def run_config(cfg: Dict) -> Dict:
+    """Run one configuration in this process; returns times (s) and memory (MB)."""
+    torch.set_num_threads(cfg.get("threads", 1))
+    from ..groups import get_group
+    from ..nn.lie_self_attention import LieSelfAttention, relative_log_at_cut
+    from ..nn.lift import Lift
+    from ..nn.lifted_edges import lifted_edges
+
+    gen = torch.Generator().manual_seed(0)
+    G = get_group(cfg["group"])
+    K, n, B, d, H = cfg["K"], cfg["N"], cfg.get("clouds", 1), cfg["dim"], cfg["heads"]
+    pos, radius = _cloud(n, B, cfg.get("degree"), gen)
+    batch = torch.arange(B).repeat_interleave(n)
+    x = torch.ones(B * n, 1)
+    out: Dict = {}
+    t0 = time.perf_counter()
+    if cfg["impl"] == "model":
+        from ..models.lie_transformer import LieTransformer
+        model = LieTransformer(G, 1, d, 1, num_layers=cfg["layers"], heads=H, lift_samples=K, radius=radius,
+                               kernel_dim=16, kernel_layers=3)
+
+        def step():
+            model(x, pos, batch, num_graphs=B).sum().backward()
+        lifted = model.lift(x, pos, batch)
+        ei = lifted_edges(pos, batch, K, radius)
+    else:
+        lifted = Lift(G, K).eval()(x, pos, batch)
+        ei = lifted_edges(pos, batch, K, radius)
+        out["edge_time"] = time.perf_counter() - t0
+        M = lifted.g.size(0)
+        h = torch.randn(M, d, generator=gen, requires_grad=True)
+        layer = LieSelfAttention(d, d, G, H, kernel_dim=16, kernel_layers=3)
+        if cfg["impl"] == "sparse":
+            def step():
+                layer(h, ei, lifted.g).sum().backward()
+        elif cfg["impl"] == "dense":
+            adj = torch.zeros(B, M // B, M // B, dtype=torch.bool)
+            loc = ei % (M // B)
+            adj[ei[1] // (M // B), loc[1], loc[0]] = True
+            hb, gb = h.view(B, M // B, d), lifted.g.view(B, M // B, *lifted.g.shape[1:])
+
+            def step():
+                dense_lie_self_attention(layer, hb, gb, adj).sum().backward()
+        elif cfg["impl"] == "transformerconv":
+            from torch_geometric.nn import TransformerConv
+            conv = TransformerConv(d, d // H, heads=H, edge_dim=G.dim)
+            ea = relative_log_at_cut(G, lifted.g, ei)
+
+            def step():
+                conv(h, ei, ea).sum().backward()
+        else:
+            raise ValueError(cfg["impl"])
+    out["num_edges"] = int(ei.size(1))
+    out["num_nodes"] = int(lifted.g.size(0))
+    import gc
+    gc.collect()
+    out["peak_reset"] = _reset_peak()
+    base = _rss_kb()
+    times = []
+    repeats = cfg.get("repeats", 3)
+    r = 0
+    while r <= repeats:
+        t = time.perf_counter()
+        step()
+        dt = time.perf_counter() - t
+        if r:
+            times.append(dt)
+        elif dt > 5.0:  # slow configuration: one timed call after the warm-up
+            repeats = 1
+        r += 1
+    peak = _peak_kb()
+    out.update(time=statistics.median(times), time_min=min(times), mem_mb=max(0, peak - base) / 1024,
+               peak_rss_mb=peak / 1024)
+    return out
+
+
+_WORKER = """
+import json, sys
+from pyg_lie.benchmarks.lie_self_attention import run_config, _reset_peak
+cfgs = json.loads(sys.argv[1])
+if len(cfgs) > 1 and not _reset_peak():
+    print("NORESET", flush=True)
+    sys.exit(0)
+for i, cfg in enumerate(cfgs):
+    try:
+        res = run_config(cfg)
+    except Exception as err:  # report and continue (e.g. out of memory)
+        res = {"error": type(err).__name__ + ": " + str(err)[:100]}
+    print("RESULT" + json.dumps({"i": i, **res}), flush=True)
+"""
+
+
+def _run_subprocess(cfgs: List[Dict], timeout: float, bar=None) -> List[Dict]:
+    """Run ``cfgs`` in one fresh subprocess (one per config where peaks cannot be reset)."""
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    proc = subprocess.Popen([sys.executable, "-c", _WORKER, json.dumps(cfgs)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    out: List[Dict] = [{"error": "not run (earlier configuration timed out)"} for _ in cfgs]
+    t0 = time.time()
+    import select
+    buf = ""
+    while True:
+        left = timeout - (time.time() - t0)
+        if left <= 0:
+            proc.kill()
+            break
+        ready, _, _ = select.select([proc.stdout], [], [], min(left, 5.0))
+        if ready:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            if line.startswith("NORESET"):
+                proc.wait()
+                res = []
+                for c in cfgs:
+                    res += _run_subprocess([c], timeout, bar)
+                return res
+            if line.startswith("RESULT"):
+                r = json.loads(line[6:])
+                out[r.pop("i")] = r
+                if bar is not None:
+                    bar.update(1)
+        elif proc.poll() is not None:
+            break
+    proc.wait()
+    if proc.returncode not in (0, None) and all("error" in r for r in out):
+        err = (proc.stderr.read().strip().splitlines() or ["no output"])[-1]
+        out = [{"error": err[:120]} for _ in cfgs]
+    return out
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sizes", type=int, nargs="*", default=[64, 128, 256, 512, 1024, 2048, 4096],
+                   help="points per cloud N")
+    p.add_argument("--lifts", type=int, nargs="*", default=[1, 4], help="lift samples K (SE2)")
+    p.add_argument("--degree", type=float, default=8.0, help="mean base neighbours within the radius")
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--dense-max-nodes", type=int, default=4096, help="skip dense above N K lifted nodes")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads per run (1 is much faster than 2 on a busy 2-core machine)")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds per implementation's subprocess")
+    p.add_argument("--skip-sweep", action="store_true")
+    p.add_argument("--skip-official", action="store_true")
+    p.add_argument("--out", default="runs/bench_lie_self_attention")
+
+
+def _official_configs(threads: int, repeats: int) -> List[Dict]:
+    c = dict(impl="model", threads=threads, repeats=repeats, heads=4)
+    return [
+        dict(c, name="T2 32x32 d128 L4 all", group="T2", K=1, N=32, clouds=32, dim=128, layers=4, degree=None),
+        dict(c, name="SE2 K4 32x32 d128 L4 all", group="SE2", K=4, N=32, clouds=32, dim=128, layers=4,
+             degree=None),
+        *[dict(c, name=f"T2 N{n} d64 L2 all", group="T2", K=1, N=n, dim=64, layers=2, degree=None)
+          for n in (512, 1024, 2048)],
+        *[dict(c, name=f"SE2 K4 N{n} d64 L2 all", group="SE2", K=4, N=n, dim=64, layers=2, degree=None)
+          for n in (128, 256, 512)],
+        # 32 lifted neighbours on average: base degree 32 / K (self included)
+        *[dict(c, name=f"T2 N{n} d64 L2 nbhd32", group="T2", K=1, N=n, dim=64, layers=2, degree=31.0)
+          for n in (1024, 2048)],
+        dict(c, name="SE2 K4 N512 d64 L2 nbhd32", group="SE2", K=4, N=512, dim=64, layers=2, degree=7.0),
+    ]
+
+
+def main(args) -> int:
+    from tqdm import tqdm
+    os.makedirs(args.out, exist_ok=True)
+    results = []
+    jobs = []
+    if not args.skip_sweep:
+        for K in args.lifts:
+            for n in args.sizes:
+                for impl in ("sparse", "dense", "transformerconv"):
+                    if impl == "dense" and n * K > args.dense_max_nodes:
+                        continue
+                    jobs.append(dict(impl=impl, group="SE2", K=K, N=n, dim=args.dim, heads=args.heads,
+                                     degree=args.degree, threads=args.threads, repeats=args.repeats))
+    if not args.skip_official:
+        jobs += _official_configs(args.threads, args.repeats)
+    groups: Dict[str, List[Dict]] = {}
+    for cfg in jobs:  # one subprocess per implementation, configurations in increasing size
+        groups.setdefault(cfg["impl"], []).append(cfg)
+    with tqdm(total=len(jobs), desc="lie-self-attention bench", dynamic_ncols=True) as bar:
+        for impl, cfgs in groups.items():
+            for cfg, r in zip(cfgs, _run_subprocess(cfgs, args.timeout, bar)):
+                results.append({**cfg, **r})
+            with open(os.path.join(args.out, "results.json"), "w") as f:
+                json.dump(results, f, indent=1)
+    text = format_tables(results, args)
+    print(text)
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(text + "\n")
+    plot(results, os.path.join(args.out, "lie_self_attention_bench.png"))
+    print(f"\nresults: {args.out}/results.json, results.md, lie_self_attention_bench.png")
+    return 0
+
+
+def _fmt_t(r):
+    return f"{r['time'] * 1e3:.1f}" if "time" in r else r.get("error", "-")
+
+
+def _fmt_m(r):
+    return f"{r['mem_mb']:.0f}" if "mem_mb" in r else "-"
+
+
+def format_tables(results: List[Dict], args) -> str:
+    lines = [f"threads={args.threads}, median of {args.repeats} (after a warm-up); memory = peak RSS growth "
+             f"during forward+backward (MB), fresh subprocess per row", ""]
+    sweep = [r for r in results if r["impl"] != "model"]
+    if sweep:
+        lines += ["### one LieSelfAttention layer (SE2, dim %d, %d heads, location MLP 16-16), forward+backward"
+                  % (args.dim, args.heads), "",
+                  "| K | N | lifted nodes | edges | sparse ms | sparse MB | dense ms | dense MB | "
+                  "dense/sparse | TransformerConv ms | TransformerConv MB |", "|" + "---|" * 11]
+        keys = sorted({(r["K"], r["N"]) for r in sweep})
+        for K, n in keys:
+            row = {r["impl"]: r for r in sweep if r["K"] == K and r["N"] == n}
+            s, d, t = row.get("sparse", {}), row.get("dense", {}), row.get("transformerconv", {})
+            ratio = f"{d['time'] / s['time']:.1f}x" if "time" in s and "time" in d else "-"
+            lines.append(f"| {K} | {n} | {s.get('num_nodes', '-')} | {s.get('num_edges', '-')} | {_fmt_t(s)} | "
+                         f"{_fmt_m(s)} | {_fmt_t(d)} | {_fmt_m(d)} | {ratio} | {_fmt_t(t)} | {_fmt_m(t)} |")
+    off = [r for r in results if r["impl"] == "model"]
+    if off:
+        lines += ["", "### full model (lift + edges + blocks + pool), forward+backward, vs the official code "
+                  "(FIELD_NOTES section 2, 2 threads, idle machine)", "",
+                  "| configuration | edges | ours s | ours MB | official s | official GB | speed-up |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in off:
+            lo, hi, gb = OFFICIAL[r["name"]]
+            sp = f"{lo / r['time']:.0f}-{hi / r['time']:.0f}x" if "time" in r else "-"
+            ours = f"{r['time']:.3f}" if "time" in r else r.get("error", "-")
+            lines.append(f"| {r['name']} | {r.get('num_edges', '-')} | {ours} | {_fmt_m(r)} | "
+                         f"{lo:g}-{hi:g} | {gb} | {sp} |")
+    return "\n".join(lines)
+
+
+def plot(results: List[Dict], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    sweep = [r for r in results if r["impl"] != "model" and "time" in r]
+    if not sweep:
+        return
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    for impl in ("sparse", "dense", "transformerconv"):
+        for K in sorted({r["K"] for r in sweep}):
+            rs = sorted([r for r in sweep if r["impl"] == impl and r["K"] == K], key=lambda r: r["N"])
+            if rs:
+                a1.plot([r["N"] for r in rs], [r["time"] for r in rs], marker="o", label=f"{impl} K={K}")
+                a2.plot([r["num_edges"] for r in rs], [max(r["mem_mb"], 0.1) for r in rs], marker="o",
+                        label=f"{impl} K={K}")
+    a1.set(xscale="log", yscale="log", xlabel="points per cloud N", ylabel="forward+backward (s)")
+    a2.set(xscale="log", yscale="log", xlabel="lifted edges", ylabel="extra peak RSS (MB)")
+    for a in (a1, a2):
+        a.grid(alpha=0.3, which="both")
+        a.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
 
 def dense_lie_self_attention(layer, x: Tensor, g: Tensor, adj: Tensor,
                              invariants: Optional[Tensor] = None) -> Tensor:

@@ -206,8 +206,12 @@ class LieSelfAttention(MessagePassing):
 
     # ----------------------------------------------------------------- forward
     def forward(self, x: Tensor, edge_index: Tensor, g: Tensor, invariants: Optional[Tensor] = None,
-                return_attention_weights: Optional[bool] = None):
-        """Attend over ``edge_index`` (row 0 = source ``j``, row 1 = target ``i``)."""
+                return_attention_weights: Optional[bool] = None, rel_log: Optional[Tensor] = None):
+        """Attend over ``edge_index`` (row 0 = source ``j``, row 1 = target ``i``).
+
+        ``rel_log`` optionally passes ``relative_log_at_cut(group, g, edge_index)``
+        ``(E, dim)`` precomputed once for a stack of layers on the same edges.
+        """
         if not _is_compiling():
             self._check(x, edge_index, g, invariants)
         H, D = self.heads, self.head_dim
@@ -217,7 +221,7 @@ class LieSelfAttention(MessagePassing):
         v = self.lin_v(x).view(N, H, D)
 
         # location features on edges: vee(log(g_i^-1 g_j)) (+ invariants of both ends)
-        loc = relative_log_at_cut(self.group, g, edge_index)
+        loc = relative_log_at_cut(self.group, g, edge_index) if rel_log is None else rel_log
         if self.invariant_dim > 0:
             loc = torch.cat([loc, invariants[edge_index[1]], invariants[edge_index[0]]], dim=-1)
         loc = loc.to(x.dtype)

@@ -113,8 +113,11 @@ def finite_subgroup(group: LieGroup, k: int, dtype: torch.dtype = torch.float64,
             f"(the model is then exactly {group.name}-invariant)")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"the number of finite-subgroup lifts must be a positive int, got {k!r}")
-    angles = 2 * math.pi * torch.arange(k, dtype=torch.float64) / k
-    cyclic = rot2(angles)
+    try:
+        from ..groups.finite import Cn
+        cyclic = Cn(k).elements(dtype=torch.float64)
+    except ImportError:  # pragma: no cover - before pyg_lie.groups.finite existed
+        cyclic = rot2(2 * math.pi * torch.arange(k, dtype=torch.float64) / k)
     if group.stabilizer_dim == 1:
         return cyclic.to(dtype=dtype, device=device)
     if group.stabilizer_dim == 3:

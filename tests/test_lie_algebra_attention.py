@@ -185,12 +185,13 @@ def test_layer_compiles_without_graph_breaks():
 
 
 # -------------------------------------------------------------------- gradients
-@pytest.mark.parametrize("score", ["closed_form", "mlp"])
-def test_gradcheck_score_wrt_g(score):
-    G = SE2()
+@pytest.mark.parametrize("name,score", [("SE2", "closed_form"), ("SE2", "mlp"), ("SO3", "closed_form"),
+                                        ("Aff2", "closed_form")])
+def test_gradcheck_score_wrt_g(name, score):
+    G = _group(name)
     layer = LieAlgebraAttention(4, 2, G, heads=2, score=score).to(D)
     ei = complete_graph(torch.zeros(3, dtype=torch.long))
-    g = G.random(3, dtype=D).requires_grad_(True)
+    g = LieSequenceCompletion(G, 1, seed=4)[0].g[:3].clone().requires_grad_(True)  # in the chart
 
     def f(g):
         return layer.compute_score(G.relative_log(g, ei))

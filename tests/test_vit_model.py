@@ -194,3 +194,15 @@ def test_patch_embedding_spans_full_hom_space(group, grid, P):
         pi[gr.U_perms[g], np.arange(gr.patch_pixels)] = 1.0
         mats.append(np.kron(V.representation(g), pi))
     assert invariant_subspace(np.stack(mats)).shape[0] == sum(p.numel() for p in pe.linear.weights.values())
+
+
+@pytest.mark.parametrize("group,grid", [("D4", "square"), ("C6", "hex")])
+def test_blockwise_patch_embedding_equals_dense(group, grid):
+    gr = SquareGrid(group, 8, 4) if grid == "square" else HexGrid(group, 12, 3, 2)
+    pe = EquivariantPatchEmbed(gr, 3, FieldType.regular(group, 2)).double()
+    with torch.no_grad():
+        pe.linear.bias.normal_()
+    x = torch.randn(2, 3, gr.num_pixels, dtype=torch.float64)
+    y = pe(x)
+    pe.blockwise = False
+    torch.testing.assert_close(y, pe(x))

@@ -242,13 +242,14 @@ class EquivariantPatchEmbed(nn.Module):
         input flat pixels ``(B, c, num_pixels)``, output ``(B, num_patches, V.dim)``.
     """
 
-    def __init__(self, grid: _Grid, in_channels: int, out_type: FieldType, bias: bool = True):
+    def __init__(self, grid: _Grid, in_channels: int, out_type: FieldType, bias: bool = True,
+                 blockwise: bool = True):
         super().__init__()
-        self.grid, self.in_channels, self.out_type = grid, in_channels, out_type
+        self.grid, self.in_channels, self.out_type, self.blockwise = grid, in_channels, out_type, blockwise
         E = patch_fourier_basis(grid)
         self.nu = {k: v.shape[0] for k, v in E.items()}
         self.in_type = FieldType(grid.group, {k: in_channels * v for k, v in self.nu.items()})
-        rows = []  # in_type layout: per irrep, channel (c, alpha), component j
+        rows, meta = [], []  # in_type layout: per irrep, channel (c, alpha), component j
         for r in grid.group.irreps:
             Er = E[r.name]
             for c in range(in_channels):
@@ -257,10 +258,31 @@ class EquivariantPatchEmbed(nn.Module):
                         row = np.zeros((in_channels, grid.patch_pixels))
                         row[c] = Er[a, j]
                         rows.append(row.reshape(-1))
+                        meta.append((c, Er.shape[0] * r.dim))
         basis = np.stack(rows)  # (in_type.dim, c * |U|), orthogonal
         self.register_buffer("basis", torch.as_tensor(basis, dtype=torch.float64), persistent=False)
         self.register_buffer("patch_index", torch.as_tensor(grid.patch_index), persistent=False)
         self.linear = EquivariantLinear(self.in_type, out_type, bias=bias)
+        # block-wise Fourier transform of C(U): one (m x m) block per pixel orbit of size m
+        U = grid.patch_pixels
+        ch0 = [i for i, (c, _) in enumerate(meta) if c == 0]
+        by_size: dict[int, list] = {}
+        for orb in GSet(grid.group, grid.U_perms).orbits():
+            rs = [i for i in ch0 if np.abs(basis[i, orb]).sum() > 1e-12]
+            by_size.setdefault(len(orb), []).append((orb, rs, basis[np.ix_(rs, orb)]))
+        order = []
+        self._sizes = []
+        for m, items in sorted(by_size.items()):
+            i = len(self._sizes)
+            self.register_buffer(f"orb_pix{i}", torch.as_tensor([o for o, _, _ in items]), persistent=False)
+            self.register_buffer(f"orb_Q{i}", torch.as_tensor(np.stack([q for _, _, q in items])), persistent=False)
+            self._sizes.append((len(items), m))
+            for c in range(in_channels):  # coefficient layout of the pieces: (c, orbit, row)
+                for _, rs, _ in items:
+                    order += [r + c * meta[r][1] for r in rs]
+        perm = torch.as_tensor(order)
+        assert perm.numel() == self.in_type.dim == in_channels * U
+        self.register_buffer("coef_scatter", torch.argsort(perm), persistent=False)
 
     def reset_parameters(self) -> None:
         self.linear.reset_parameters()
@@ -270,13 +292,26 @@ class EquivariantPatchEmbed(nn.Module):
         W = self.linear.dense_weight()
         return W @ self.basis.to(W.dtype)
 
+    def fourier(self, patches: Tensor) -> Tensor:
+        """Block-wise ``C(U, R^c) -> (+)_rho R^{c nu_rho} (x) V_rho``: ``(..., c, |U|) -> (..., in_type.dim)``."""
+        pieces = []
+        for i, (K, m) in enumerate(self._sizes):
+            Q = getattr(self, f"orb_Q{i}").to(patches.dtype)  # (K, m, m)
+            xg = patches[..., getattr(self, f"orb_pix{i}")]  # (..., c, K, m)
+            pieces.append(torch.einsum("...km,kqm->...kq", xg, Q).flatten(-3))
+        return torch.cat(pieces, -1).index_select(-1, self.coef_scatter)
+
     def forward(self, pixels: Tensor) -> Tensor:
         B, c = pixels.shape[0], pixels.shape[1]
         if c != self.in_channels:
             raise ValueError(f"pixels: expected {self.in_channels} channels, got {c}")
-        patches = pixels[:, :, self.patch_index]  # (B, c, Np, |U|)
-        patches = patches.permute(0, 2, 1, 3).reshape(B, self.grid.num_patches, -1)
-        return F.linear(patches, self.filters().to(patches.dtype), self.linear.dense_bias())
+        patches = pixels[:, :, self.patch_index].transpose(1, 2)  # (B, Np, c, |U|)
+        if self.blockwise:
+            return self.linear(self.fourier(patches))
+        return F.linear(patches.reshape(B, self.grid.num_patches, -1), self.filters().to(patches.dtype),
+                        self.linear.dense_bias())
 
     def macs_per_token(self) -> int:
+        if self.blockwise:
+            return self.in_channels * sum(K * m * m for K, m in self._sizes) + self.linear.macs_per_token()
         return self.out_type.dim * self.in_channels * self.grid.patch_pixels

@@ -55,10 +55,9 @@ def test_model_equivariance_float64(name, score):
     out_a = model(G.compose(a[batch], g), batch=batch)
     # hidden states are invariant, per-token outputs and the completion equivariant
     assert (out.h - out_a.h).abs().max() < 1e-10
-    scale = max(1.0, float(a.abs().max()) * float(out.g.detach().abs().max()))
-    assert (G.compose(a[batch], out.g) - out_a.g).abs().max() < 1e-12 * scale
+    assert (G.compose(a[batch], out.g) - out_a.g).abs().max() < 1e-12
     err = pose_error(G, out_a.prediction, G.compose(a, out.prediction))
-    assert err.max() < 1e-12 * scale, (name, score, err)
+    assert err.max() < 1e-12, (name, score, err)
     # the proposals really moved (the test is not trivially satisfied)
     assert (out.g - g).abs().max() > 1e-3
 
@@ -249,7 +248,9 @@ def test_batching_sequences_of_different_lengths():
     ds = LieSequenceCompletion(G, 4, length=(4, 9), seed=2)
     assert len({d.num_nodes for d in ds}) > 1
     model = _randomise_heads(LieAlgebraTransformer(G, score="mlp").to(D)).eval()
-    data = ds.batch_all()
+    from torch_geometric.loader import DataLoader
+    data = next(iter(DataLoader(ds, batch_size=4)))
+    assert data.num_graphs == 4 and data.g.shape[0] == sum(d.num_nodes for d in ds)
     out = model(data.g, batch=data.batch)
     for b, d in enumerate(ds):
         single = model(d.g)

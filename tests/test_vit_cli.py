@@ -9,8 +9,9 @@ from pyg_lie.cli import build_parser
 
 def test_train_vit_cli_synthetic(tmp_path):
     argv = ["train", "vit", "--dataset", "synthetic", "--max-train", "24", "--n-val", "12", "--n-test", "12",
-            "--img-size", "8", "--patch-size", "4", "--depth", "1", "--epochs", "1", "--ratios", "0.5,1.0",
+            "--img-size", "8", "--patch-size", "4", "--depth", "1", "--ratios", "0.5,1.0",
             "--groups", "D4,C1", "--channels", "3", "--compare-attention", "--batch-size", "16",
+            "--break-symmetry", "D2@0.5", "--epochs", "2",
             "--out", str(tmp_path)]
     args = build_parser(argv).parse_args(argv)
     from pyg_lie.experiments import vit
@@ -18,6 +19,7 @@ def test_train_vit_cli_synthetic(tmp_path):
     res = json.load(open(tmp_path / "results.json"))["results"]
     assert {r["group"] for r in res} == {"D4", "C1", "C4"}
     assert all(0.0 <= r["test_acc"] <= 1.0 for r in res)
+    assert {(r["group"], r["final_group"]) for r in res} == {("D4", "D2"), ("C1", "C1"), ("C4", "C4")}
     assert os.path.exists(tmp_path / "fig4_accuracy_vs_ratio.png") and os.path.exists(tmp_path / "fig5_attention.png")
 
 

@@ -76,6 +76,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--evals", type=int, default=10, help="validations per run (early-stopping checkpoints)")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--weight-decay", type=float, default=0.05)
+    p.add_argument("--break-symmetry", default=None,
+                   help="e.g. 'C4@0.5': restrict every model to this subgroup after that fraction of the epochs "
+                        "(model.restrict, Theorem 2); models whose group does not contain it keep their group")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default="runs/vit")
@@ -228,6 +231,23 @@ def _evaluate(model, x, y, bs: int, dev) -> float:
     return correct / max(1, len(x))
 
 
+def _is_proper_subgroup(name: str, G) -> bool:
+    from ..vit.irreps import get_group
+    H = get_group(name)
+    return H != G and G.n % H.n == 0 and (G.dihedral or not H.dihedral)
+
+
+def _parse_break(spec: Optional[str], epochs: int):
+    """``"C4@0.5"`` -> ``(epoch, "C4")``: restrict to C4 after half of the epochs."""
+    if not spec:
+        return None
+    try:
+        grp, frac = spec.split("@")
+        return int(round(float(frac) * epochs)), grp.strip().upper()
+    except ValueError:
+        raise ValueError(f"--break-symmetry: expected GROUP@FRACTION such as 'C4@0.5', got {spec!r}") from None
+
+
 def train_one(model, data, ratio: float, seed: int, a, desc: str) -> dict:
     from tqdm import tqdm
     xtr, ytr, xv, yv, xte, yte = data
@@ -240,21 +260,30 @@ def train_one(model, data, ratio: float, seed: int, a, desc: str) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
     epochs = max(1, int(round(a.epochs / max(ratio, 0.1))))
     steps = epochs * math.ceil(n / a.batch_size)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=a.lr, total_steps=steps, pct_start=0.1)
+    warm = max(1, steps // 10)
+    lr_at = lambda t: a.lr * min(1.0, (t + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, t / steps)))
+    brk = _parse_break(getattr(a, "break_symmetry", None), epochs)
     best = (-1.0, 0.0, 0)
     t0 = time.time()
+    step = 0
     every = max(1, epochs // a.evals)  # validation (and test at the best validation) ~a.evals times per run
     bar = tqdm(range(epochs), desc=desc, leave=False, mininterval=5.0)
     for ep in bar:
+        if brk is not None and ep == brk[0] and _is_proper_subgroup(brk[1], model.group):
+            # gradual symmetry breaking (Theorem 2): same function, smaller group, fresh optimizer
+            model = model.restrict(brk[1]).train()
+            opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
         model.train()
         perm = torch.randperm(n, generator=g)
         for i in range(0, n, a.batch_size):
             b = perm[i:i + a.batch_size]
+            for pg in opt.param_groups:
+                pg["lr"] = lr_at(step)
             loss = F.cross_entropy(model(xtr[b].to(dev)), ytr[b].to(dev))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            sched.step()
+            step += 1
         if (ep + 1) % every and ep + 1 != epochs:
             continue
         val = _evaluate(model, xv, yv, 256, dev)
@@ -262,6 +291,7 @@ def train_one(model, data, ratio: float, seed: int, a, desc: str) -> dict:
             best = (val, _evaluate(model, xte, yte, 256, dev), ep)
         bar.set_postfix(loss=f"{loss.item():.3f}", val=f"{val:.3f}")
     return dict(val_acc=best[0], test_acc=best[1], best_epoch=best[2], epochs=epochs, n_train=n,
+                final_group=model.group.name,
                 seconds=time.time() - t0)
 
 

@@ -315,3 +315,30 @@ def test_short_training_run_reduces_loss():
         losses.append(float(loss.detach()))
     assert all(math.isfinite(v) for v in losses)
     assert sum(losses[-5:]) / 5 < 0.6 * losses[0]
+
+
+def test_rotation_by_exactly_pi_gives_finite_symmetric_scores():
+    G = _group("SO3")
+    Rz = torch.diag(torch.tensor([-1.0, -1.0, 1.0], dtype=D))  # rotation by pi about z
+    g = torch.stack([torch.eye(3, dtype=D), Rz])
+    ei = torch.tensor([[1, 0], [0, 1]])
+    layer = LieAlgebraAttention(4, 2, G, heads=2).to(D)
+    s = layer.compute_score(relative_log(G, g, ei)[0])
+    assert torch.isfinite(s).all()
+    # ||log|| = sqrt(2) pi for both directions whatever axis sign the convention picks
+    assert torch.allclose(s[0], s[1]) and torch.allclose(s[0], -2 * math.pi ** 2 * torch.ones(2, dtype=D))
+    assert torch.isfinite(layer(torch.randn(2, 4, dtype=D), ei, g)).all()
+
+
+def test_invariant_node_feature_payload_keeps_equivariance():
+    G = SE2()
+    model = _randomise_heads(LieAlgebraTransformer(G, in_channels=3).to(D)).eval()
+    g, batch, _ = _sequences(G, n=2)
+    x = torch.randn(g.shape[0], 3, dtype=D)
+    a = G.random(2, dtype=D)
+    p = model(g, batch=batch, x=x).prediction
+    pa = model(G.compose(a[batch], g), batch=batch, x=x).prediction
+    assert pose_error(G, pa, G.compose(a, p)).max() < 1e-12
+    assert (model(g, batch=batch, x=torch.randn_like(x)).prediction - p).abs().max() > 1e-6  # x is used
+    with pytest.raises(ValueError, match="in_channels"):
+        model(g, batch=batch)

@@ -106,9 +106,9 @@ def render(table: dict) -> str:
         paper = PAPER.get(group)
         title = f"### {group}" + ("" if paper else " (not in the paper)")
         lines += [title, "",
-                  "| model | pose error | paper | equivariance error | paper | score params | paper "
-                  "| total params | seeds | steps |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| model | pose error | paper | pose error / ||xi|| | equivariance error | paper "
+                  "| score params | paper | total params | seeds | steps |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for score in SCORE_CHOICES:
             if score not in by_score:
                 continue
@@ -118,6 +118,7 @@ def render(table: dict) -> str:
             steps = r.get("steps", "")
             lines.append(
                 f"| {letter} ({score}) | {_fmt(r['pose_error'], r.get('pose_error_std'))} | {_paper(p[0])} "
+                f"| {_fmt(r.get('relative_pose_error'), r.get('relative_pose_error_std'))} "
                 f"| {_fmt(r['equivariance_error'], r.get('equivariance_error_std'))} | {_paper(p[1])} "
                 f"| {r['score_params']} | {_paper(p[2])} | {r['total_params']} | {len(r['seeds'])} | {steps} |")
         lines.append("")

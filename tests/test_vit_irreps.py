@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pyg_lie.vit.field_type import FieldType
-from pyg_lie.vit.irreps import GSet, get_group, intertwiners
+from pyg_lie.vit.irreps import GSet, get_group
 from pyg_lie.vit.linear import EquivariantLinear
 
 GROUPS = ["C1", "C2", "C3", "C4", "C6", "D1", "D2", "D3", "D4", "D6", "C5", "D5"]

@@ -6,7 +6,7 @@ import torch
 from pyg_lie.models.equivariant_vit import EquivariantViT
 from pyg_lie.vit.attention import EquivariantSelfAttention, complete_graph
 from pyg_lie.vit.field_type import FieldType
-from pyg_lie.vit.irreps import GSet, get_group
+from pyg_lie.vit.irreps import get_group
 from pyg_lie.vit.nonlinearity import FourierNonlinearity, gset_family, gset_from_spec
 from pyg_lie.vit.patch_embed import EquivariantPatchEmbed, rot_flip_image, HexGrid, SquareGrid, patch_fourier_basis
 from pyg_lie.vit.positional import InvariantPositionalEncoding

@@ -12,11 +12,9 @@ permutations of the hexagonal pixels.
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping, Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Union
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..vit.attention import EquivariantSelfAttention, complete_graph, radius_patch_graph

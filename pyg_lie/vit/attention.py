@@ -17,8 +17,7 @@ softmax over each target's incoming edges is the shared
 """
 from __future__ import annotations
 
-import math
-from typing import Mapping, Optional, Sequence, Union
+from typing import Mapping, Optional, Sequence
 
 import torch
 import torch.nn.functional as F

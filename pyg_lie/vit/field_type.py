@@ -8,7 +8,7 @@ block is laid out row-major as ``(C_rho, d_rho)`` (the paper's Section 4 storage
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence, Union
+from typing import Mapping, Sequence, Union
 
 import numpy as np
 import torch

@@ -14,7 +14,6 @@ from typing import Sequence, Union
 
 import numpy as np
 import torch
-from torch import Tensor
 
 from .field_type import FieldType
 from .irreps import FiniteO2Group, get_group, intertwiners

@@ -26,6 +26,7 @@ from ..groups import LieGroup, get_group
 from ..nn.group_pool import GroupPool
 from ..nn.lie_transformer_block import LieTransformerBlock
 from ..nn.lift import Lift, LiftedPoints, check_point_cloud
+from ..nn._sparse_ops import CSRStructure
 from ..nn.lie_self_attention import relative_log_at_cut
 from ..nn.lifted_edges import lifted_edges
 
@@ -127,8 +128,9 @@ class LieTransformer(Module):
             inv = self.group.orbit_invariants(pos)[lifted.index].to(x.dtype)
         h = self.embed(lifted.x)
         rel = relative_log_at_cut(self.group, lifted.g, edge_index)  # shared by all blocks
+        csr = CSRStructure.build(edge_index, h.size(0))
         for block in self.blocks:
-            h = block(h, edge_index, lifted.g, inv, rel_log=rel)
+            h = block(h, edge_index, lifted.g, inv, rel_log=rel, csr=csr)
         return self.norm(h), lifted, edge_index
 
     def forward(self, x: Tensor, pos: Tensor, batch: Optional[Tensor] = None,

@@ -41,6 +41,7 @@ from torch.nn import Linear, Module, Sequential, SiLU
 from torch_geometric.nn import MessagePassing
 
 from ..groups import LieGroup, get_group
+from ._sparse_ops import CSRStructure, sddmm, spmm
 from .attention_core import edge_attention
 
 __all__ = ["LieSelfAttention", "relative_log_at_cut", "CONTENT", "LOCATION", "COMBINE", "NORMALIZATION"]
@@ -139,6 +140,12 @@ class LieSelfAttention(MessagePassing):
             ``invariants`` (0 when the group acts transitively).
         dropout: dropout on the attention weights (training only).
         bias: bias of the value projection.
+        fused: ``"auto"`` (default), ``True`` or ``False``. The fused path
+            computes the dot-product scores and the weighted sums with sparse
+            CSR kernels (SDDMM / SpMM), so no ``(E, d)`` tensor is ever
+            formed (memory ``O(E heads)``); it has exact first and second
+            derivatives. ``"auto"`` uses it except under ``torch.compile``
+            (where the generated ``MessagePassing.propagate`` path runs).
 
     Shapes:
         input ``x (N, C_in)``, ``edge_index (2, E)``, ``g (N, m, m)``,
@@ -150,7 +157,8 @@ class LieSelfAttention(MessagePassing):
                  group: Union[str, LieGroup] = "SE2", heads: int = 4, *,
                  content: str = "dot_product", location: str = "mlp", combine: str = "additive",
                  normalization: str = "softmax", kernel_dim: int = 16, kernel_layers: int = 3,
-                 invariant_dim: int = 0, dropout: float = 0.0, bias: bool = True, **kwargs):
+                 invariant_dim: int = 0, dropout: float = 0.0, bias: bool = True,
+                 fused: Union[bool, str] = "auto", **kwargs):
         kwargs.setdefault("aggr", "sum")
         super().__init__(node_dim=0, **kwargs)
         out_channels = in_channels if out_channels is None else out_channels
@@ -168,6 +176,9 @@ class LieSelfAttention(MessagePassing):
         self.kernel_dim, self.kernel_layers = kernel_dim, kernel_layers
         self.invariant_dim = int(invariant_dim)
         self.dropout = dropout
+        if fused not in (True, False, "auto"):
+            raise ValueError(f"fused must be True, False or 'auto', got {fused!r}")
+        self.fused = fused
         H, D = heads, self.head_dim
 
         self.lin_q = Linear(in_channels, H * D, bias=False)
@@ -206,14 +217,19 @@ class LieSelfAttention(MessagePassing):
 
     # ----------------------------------------------------------------- forward
     def forward(self, x: Tensor, edge_index: Tensor, g: Tensor, invariants: Optional[Tensor] = None,
-                return_attention_weights: Optional[bool] = None, rel_log: Optional[Tensor] = None):
+                return_attention_weights: Optional[bool] = None, rel_log: Optional[Tensor] = None,
+                csr: Optional[CSRStructure] = None):
         """Attend over ``edge_index`` (row 0 = source ``j``, row 1 = target ``i``).
 
         ``rel_log`` optionally passes ``relative_log_at_cut(group, g, edge_index)``
-        ``(E, dim)`` precomputed once for a stack of layers on the same edges.
+        ``(E, dim)`` and ``csr`` a :class:`CSRStructure` of ``edge_index``, both
+        precomputed once for a stack of layers on the same edges.
         """
-        if not _is_compiling():
+        compiling = _is_compiling()
+        if not compiling:
             self._check(x, edge_index, g, invariants)
+        if self.fused is True or (self.fused == "auto" and not compiling):
+            return self._forward_fused(x, edge_index, g, invariants, return_attention_weights, rel_log, csr)
         H, D = self.heads, self.head_dim
         N = x.size(0)
         q = self.lin_q(x).view(N, H, D)
@@ -236,6 +252,49 @@ class LieSelfAttention(MessagePassing):
         if return_attention_weights:
             return out, (edge_index, self._alpha)
         self._alpha = None
+        return out
+
+    def _forward_fused(self, x, edge_index, g, invariants, return_attention_weights, rel_log, csr):
+        H, D = self.heads, self.head_dim
+        N = x.size(0)
+        if csr is None:
+            csr = CSRStructure.build(edge_index, N)
+        perm = csr.perm
+        q = self.lin_q(x).view(N, H, D)
+        k = self.lin_k(x).view(N, H, D)
+        v = self.lin_v(x).view(N, H, D)
+        dst, src = csr.row, csr.col
+        if rel_log is None:
+            sorted_ei = edge_index if perm is None else edge_index[:, perm]
+            loc = relative_log_at_cut(self.group, g, sorted_ei)
+        else:
+            loc = rel_log if perm is None else rel_log[perm]
+        if self.invariant_dim > 0:
+            loc = torch.cat([loc, invariants[dst], invariants[src]], dim=-1)
+        loc = loc.to(x.dtype)
+        if self.content == "dot_product":
+            kc = torch.stack([sddmm(csr, q[:, h], k[:, h]) for h in range(H)], -1) / math.sqrt(D)
+        else:
+            kc = self.lcl_q(q.reshape(N, H * D))[dst] + self.lcl_k(k.reshape(N, H * D))[src]
+        kl = self.loc_mlp(loc) if self.loc_mlp is not None else loc
+        if self.combine == "additive":
+            score = kc + kl
+        elif self.combine == "multiplicative":
+            score = kc * kl
+        else:
+            score = self.combine_mlp(torch.cat([kc, kl], dim=-1))
+        norm = "softmax" if self.normalization == "softmax" else "mean"
+        # ptr=None: the segment-reduce path has no double backward in torch
+        w = edge_attention(score, dst, N, normalization=norm)
+        alpha = w
+        if self.training and self.dropout > 0:
+            w = torch.nn.functional.dropout(w, p=self.dropout, training=True)
+        out = torch.cat([spmm(csr, w[:, h], v[:, h]) for h in range(H)], -1)
+        out = self.lin_out(out)
+        if return_attention_weights:
+            if perm is not None:
+                alpha = torch.empty_like(alpha).index_copy_(0, perm, alpha)
+            return out, (edge_index, alpha)
         return out
 
     def message(self, cq_i: Tensor, ck_j: Tensor, v_j: Tensor, loc: Tensor, index: Tensor,

@@ -60,8 +60,9 @@ class LieTransformerBlock(Module):
                 mod.reset_parameters()
 
     def forward(self, x: Tensor, edge_index: Tensor, g: Tensor,
-                invariants: Optional[Tensor] = None, rel_log: Optional[Tensor] = None) -> Tensor:
-        x = x + self.drop(self.attn(self.norm1(x), edge_index, g, invariants, rel_log=rel_log))
+                invariants: Optional[Tensor] = None, rel_log: Optional[Tensor] = None,
+                csr=None) -> Tensor:
+        x = x + self.drop(self.attn(self.norm1(x), edge_index, g, invariants, rel_log=rel_log, csr=csr))
         return x + self.drop(self.mlp(self.norm2(x)))
 
     def __repr__(self) -> str:

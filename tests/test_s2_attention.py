@@ -19,7 +19,7 @@ GRIDS = ["equiangular", "legendre-gauss", "lobatto", "equiangular-trapezoidal"]
 MODES = {"same": ((8, 16), (8, 16)), "down": ((12, 24), (6, 12)), "up": ((6, 12), (12, 24))}
 # (heads, use_qknorm, bias, in, k, out): together these cover 1/2/4 heads, qk-norm on/off,
 # bias on/off and unequal in/k/out widths
-CONFIGS = [(1, False, True, 4, 4, 4), (2, True, False, 6, 8, 4), (4, True, True, 8, 8, 12), (4, False, False, 4, 8, 8)]
+CONFIGS = [(1, False, True, 4, 4, 4), (2, True, False, 6, 8, 4), (4, True, True, 8, 16, 12), (4, False, False, 4, 8, 8)]
 
 
 def _th(*args, **kw):

@@ -353,6 +353,7 @@ class _PlannedAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q2: Tensor, k2: Tensor, v2: Tensor, log_w: Optional[Tensor], plan: "NeighborhoodPlan"):
+        q2, k2, v2 = q2.contiguous(), k2.contiguous(), v2.contiguous()
         shape = (plan.num_dst, v2.shape[1], v2.shape[2])
         out = v2.new_zeros(shape) if plan.num_isolated else v2.new_empty(shape)
         alphas = [_block_forward(q2, k2, v2, log_w, b, out) for b in plan.blocks]

@@ -30,6 +30,7 @@ from collections import OrderedDict
 from typing import Dict, Optional, Tuple, Union
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .s2_attention_conv import S2AttentionConv
@@ -245,6 +246,8 @@ class S2NeighborhoodAttention(S2AttentionConv):
                              f"{value.dtype}")
         g = self._graph(query.device)
         B = query.shape[0]
+        if self.optimized_kernel and not torch.compiler.is_compiling():
+            return self._forward_fused(query, key, value, g)
 
         def nodes(t: Tensor) -> Tensor:  # (B, C, nlat, nlon) -> (nlat * nlon, B, C)
             return t.permute(2, 3, 0, 1).reshape(-1, B, t.shape[1])
@@ -258,3 +261,47 @@ class S2NeighborhoodAttention(S2AttentionConv):
         h, _ = self.attend(q, k, v, g["edge_index"], log_w, plan=plan)  # type: ignore[arg-type]
         out = self.output_projection(h)  # (N_out, B, C_out)
         return out.permute(1, 2, 0).reshape(B, self.out_channels, self.nlat_out, self.nlon_out)
+
+    # ------------------------------------------------------------------ fused grid path
+    def _project_channel_major(self, x: Tensor, weight: Tensor, bias: Optional[Tensor],
+                               norm: Optional[Tensor], scale) -> Tensor:
+        """1x1 projection of ``(B, C, nlat, nlon)`` straight into the kernel layout ``(N, D, B * H)``.
+
+        One matmul and one layout pass (bias, qk-norm and scale folded in), instead of
+        node-major projections followed by transposes.
+        """
+        B, H = x.shape[0], self.heads
+        W = weight.flatten(1)
+        if bias is not None:
+            y = torch.baddbmm(bias.view(1, -1, 1), W.expand(B, -1, -1), x.flatten(2))  # (B, H * D, N)
+        else:
+            y = torch.matmul(W, x.flatten(2))
+        D = y.shape[1] // H
+        y = y.view(B, H, D, -1)
+        if norm is not None:  # per-head RMS norm over D with weight (1 + g), as torch-harmonics
+            y = F.rms_norm(y.transpose(2, 3), normalized_shape=norm.shape, weight=1 + norm).transpose(2, 3)
+        out = y.permute(3, 2, 0, 1).contiguous().view(-1, D, B * H)  # (N, D, B * H)
+        if scale is not None:
+            out = out * scale
+        return out
+
+    def _forward_fused(self, query: Tensor, key: Tensor, value: Tensor, g: Dict[str, object]) -> Tensor:
+        from ._s2_kernels import _PlannedAttention
+
+        B, H = query.shape[0], self.heads
+        plan = g["plan"]
+        q2 = self._project_channel_major(query, self.q_weights, self.q_bias, self.q_norm_weights, self.scale)
+        k2 = self._project_channel_major(key, self.k_weights, self.k_bias, self.k_norm_weights, None)
+        v2 = k2 if (value is key and self.v_weights is self.k_weights) else \
+            self._project_channel_major(value, self.v_weights, self.v_bias, None, None)
+        log_w = self.log_quad_weights(g["quad_weights"], q2.dtype)  # type: ignore[arg-type]
+        self._check_isolated(g["edge_index"], q2.shape[0], plan)  # type: ignore[arg-type]
+        o = _PlannedAttention.apply(q2, k2, v2, log_w, plan)  # (N_out, Dv, B * H)
+        Dv = o.shape[1]
+        o = o.view(-1, Dv, B, H).permute(2, 3, 1, 0).reshape(B, H * Dv, -1)  # (B, C_out, N_out)
+        P = self.proj_weights.flatten(1)
+        if self.proj_bias is not None:
+            out = torch.baddbmm(self.proj_bias.view(1, -1, 1), P.expand(B, -1, -1), o)
+        else:
+            out = torch.matmul(P, o)
+        return out.view(B, self.out_channels, self.nlat_out, self.nlon_out)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional, Type
+from typing import Any, Iterator, Optional, Type
 
 import numpy as np
 import torch
@@ -41,7 +41,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 __all__ = ["DistEnv", "init_distributed", "cleanup", "wrap_model", "unwrap", "train_loader",
-           "eval_loader", "ShardSampler", "all_reduce_sum", "broadcast_object", "seed_everything"]
+           "eval_loader", "ShardSampler", "all_reduce_sum", "broadcast_object", "gather_objects", "seed_everything"]
 
 
 @dataclass
@@ -192,10 +192,3 @@ def seed_everything(seed: int) -> None:
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
 
-
-def rank_zero_only(fn: Callable) -> Callable:
-    """Decorator: call ``fn(env, ...)`` on rank 0 only (returns ``None`` elsewhere)."""
-    def wrapper(env: DistEnv, *args: Any, **kwargs: Any) -> Any:
-        return fn(env, *args, **kwargs) if env.is_main else None
-    wrapper.__doc__ = fn.__doc__
-    return wrapper

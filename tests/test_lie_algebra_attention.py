@@ -135,6 +135,11 @@ def test_layer_closed_form_score_by_hand_and_attention():
     ref = torch.stack([torch.softmax(s_all[ei[1] == i], 0) for i in range(4)])  # edges grouped by target
     got = torch.stack([alpha[ei[1] == i] for i in range(4)])
     assert torch.allclose(got, ref, atol=1e-10)
+    # value pathway: out_i = sum_j alpha_ij W_V [h_j ; w_ij] (heads concatenated)
+    w = G.relative_log(g, ei)
+    v = layer.lin_value(torch.cat([h[ei[0]], w], -1)).view(-1, 2, 3) * alpha[..., None]
+    ref_out = torch.zeros(4, 2, 3, dtype=D).index_add_(0, ei[1], v).view(4, 6)
+    assert torch.allclose(out, ref_out, atol=1e-12)
 
 
 def test_layer_repr_reset_sequential_and_errors():

@@ -278,7 +278,12 @@ class _TokenTransformer(nn.Module):
         delta = self.head_delta(h)
         if self.head_edge is not None:
             src, dst = edge_index[0], edge_index[1]
-            gamma = self.head_edge(torch.cat([h[dst], h[src]], -1))  # (E, 1)
+            # gamma = MLP([h_i ; h_j]); the first linear map is split into node-level parts
+            lin1, lin2 = self.head_edge[0], self.head_edge[2]
+            Hc = self.hidden_channels
+            zi = F.linear(h, lin1.weight[:, :Hc], lin1.bias)
+            zj = F.linear(h, lin1.weight[:, Hc:])
+            gamma = lin2(F.gelu(zi[dst] + zj[src]))  # (E, 1)
             wd = w.to(dtype) if valid is None else torch.where(valid[:, None], w.to(dtype), 0.0)
             delta = delta + scatter(gamma * wd, dst, dim=0, dim_size=N, reduce="sum")
         gd = g.to(dtype)

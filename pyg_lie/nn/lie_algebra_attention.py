@@ -262,15 +262,18 @@ class LieAlgebraAttention(MessagePassing):
         if valid is not None:
             alpha = alpha * valid[:, None].to(alpha.dtype)
         alpha_drop = F.dropout(alpha, p=self.dropout, training=self.training)
-        out = self.propagate(edge_index, h=h, w=w, alpha=alpha_drop)  # (N, H, C)
+        # W_V [h_j ; w_ij] = W_h h_j + b + W_w w_ij: the h part once per node, not per edge
+        W = self.lin_value.weight
+        hv = F.linear(h, W[:, :self.in_channels], self.lin_value.bias)
+        out = self.propagate(edge_index, hv=hv, w=w, alpha=alpha_drop)  # (N, H, C)
         out = out.reshape(-1, self.heads * self.out_channels) if self.concat else out.mean(1)
         if return_attention_weights:
             return out, (edge_index, alpha)
         return out
 
-    def message(self, h_j: Tensor, w: Tensor, alpha: Tensor) -> Tensor:
-        v = self.lin_value(torch.cat([h_j, w], -1)).view(-1, self.heads, self.out_channels)
-        return v * alpha.unsqueeze(-1)
+    def message(self, hv_j: Tensor, w: Tensor, alpha: Tensor) -> Tensor:
+        v = hv_j + F.linear(w, self.lin_value.weight[:, self.in_channels:])
+        return v.view(-1, self.heads, self.out_channels) * alpha.unsqueeze(-1)
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "

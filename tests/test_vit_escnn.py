@@ -33,6 +33,13 @@ def test_irreps_and_regular_agree_with_escnn(name):
         np.testing.assert_allclose(T @ big, V.representation(g) @ T, atol=1e-9)
 
 
+def test_field_type_round_trip():
+    V = FieldType("C6", {"A": 2, "B": 1, "E1": 3, "E2": 1})
+    V2, T = from_escnn_type(to_escnn_type(V), "C6")
+    assert V2 == V
+    np.testing.assert_allclose(T, np.eye(V.dim), atol=1e-12)
+
+
 def test_quotient_representations_agree_with_escnn():
     G = get_group("D4")
     eG = escnn_group(G)

@@ -153,16 +153,24 @@ def test_attention_equivariance(mode, group):
     att.reset_parameters()
 
 
-def test_layer_by_layer_equivariance_and_local_attention():
+@pytest.mark.parametrize("group,grid", [("D4", "square"), ("C4", "square"), ("D6", "hex")])
+def test_layer_by_layer_equivariance_and_local_attention(group, grid):
     torch.manual_seed(0)
-    for radius in (None, 2.5):
-        m = _perturb(EquivariantViT("D4", "square", img_size=8, patch_size=2, num_classes=3, depth=2, heads=3,
-                                    channels=3, attn_radius=radius, mlp_gset="quotients")).double()
-        x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    kw = dict(img_size=8, patch_size=2) if grid == "square" else dict(img_size=12, patch_size=3, patches_side=2)
+    for radius in (None, 2.5 if grid == "square" else 3.5):  # nearest neighbours (hex spacing 2 sqrt 3)
+        m = _perturb(EquivariantViT(group, grid, num_classes=3, depth=2, heads=3, channels=3, attn_radius=radius,
+                                    mlp_gset="quotients" if group.startswith("D") else "regular", **kw)).double()
+        x = m.grid.to_pixels(torch.randn(2, 3, kw["img_size"], kw["img_size"], dtype=torch.float64))
+        if grid == "square":
+            x = x.view(2, 3, 8, 8)
         feats = m.features(x, return_all=True)
         V = m.field_type
         for g in range(m.group.order):
-            fg = m.features(square_image_action(x, m.group, g), return_all=True)
+            if grid == "square":
+                xg = square_image_action(x, m.group, g)
+            else:
+                xg = m.grid.transform_pixels(x, g)
+            fg = m.features(xg, return_all=True)
             for a, b in zip(feats, fg):
                 expect = torch.cat([V.transform(a[:, :1], g), m.grid.transform_tokens(a[:, 1:], V, g)], 1)
                 torch.testing.assert_close(b, expect)

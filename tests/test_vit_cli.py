@@ -39,3 +39,21 @@ def test_bench_vit_cli(tmp_path):
     rows = json.load(open(tmp_path / "results.json"))["rows"]
     d4 = next(r for r in rows if r["group"] == "D4")
     assert d4["macs_ratio_vs_same_width"] > 3.0
+
+
+def test_patternnet_folder_loader(tmp_path):
+    import argparse
+
+    import matplotlib.image as mpimg
+    import numpy as np
+
+    from pyg_lie.experiments.vit import load_dataset
+    rng = np.random.default_rng(0)
+    for c in ("beach", "runway"):
+        (tmp_path / c).mkdir()
+        for i in range(4):
+            mpimg.imsave(tmp_path / c / f"{i}.png", rng.random((20, 20, 3)))
+    a = argparse.Namespace(dataset="patternnet", data_dir=str(tmp_path), max_train=4, n_val=2, n_test=2, img_size=8)
+    xtr, ytr, xv, yv, xte, yte, nc, name = load_dataset(a)
+    assert (nc, name, tuple(xtr.shape)) == (2, "patternnet", (4, 3, 8, 8))
+    assert xtr.min() >= -1 - 1e-6 and xtr.max() <= 1 + 1e-6

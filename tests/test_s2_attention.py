@@ -190,10 +190,12 @@ def test_gradcheck_float64():
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-def test_fused_kernel_shared_blocks_match_composite(mode):
-    """The fused path (forward and hand-written backward), with shared-source blocks forced on."""
+def test_fused_kernel_shared_blocks_match_composite(mode, monkeypatch):
+    """The fused path (forward and hand-written backward), with shared-source blocks and chunking forced on."""
+    from pyg_lie.nn import _s2_kernels
     from pyg_lie.nn._s2_kernels import NeighborhoodPlan, planned_attention
 
+    monkeypatch.setattr(_s2_kernels, "_CHUNK_ELEMS", 1000)  # several chunks per block
     ins, outs = MODES[mode]
     g = grid_graph(ins, outs, "equiangular", "equiangular", 1.5 * math.pi / (outs[0] - 1))
     ei = g["edge_index"]

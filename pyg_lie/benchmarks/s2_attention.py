@@ -43,10 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
-def _time(fn) -> float:
-    t0 = time.perf_counter()
+def _time(fn):
+    """Wall-clock and process CPU time (all threads) of ``fn()``."""
+    t0, c0 = time.perf_counter(), time.process_time()
     fn()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def main(args: argparse.Namespace) -> int:
@@ -81,24 +82,31 @@ def main(args: argparse.Namespace) -> int:
             y_ref = ref(x)
             err = {n: float((m(x) - y_ref).abs().max()) for n, m in impls.items()}
         times = {n: ([], []) for n in impls}
+        cpu = {n: ([], []) for n in impls}
         for rep in tqdm(range(args.repeat + 1), desc=f"{shape[0]}x{shape[1]}", leave=False):
             for name, mod in impls.items():
                 xi = x.clone().requires_grad_(True)
                 out = {}
-                t_f = _time(lambda: out.setdefault("y", mod(xi)))
-                t_b = _time(lambda: out["y"].sum().backward())
+                (t_f, c_f) = _time(lambda: out.setdefault("y", mod(xi)))
+                (t_b, c_b) = _time(lambda: out["y"].sum().backward())
                 mod.zero_grad(set_to_none=True)
                 if rep > 0:  # the first round is a warm-up
                     times[name][0].append(t_f)
                     times[name][1].append(t_f + t_b)
+                    cpu[name][0].append(c_f)
+                    cpu[name][1].append(c_f + c_b)
         base_f = min(times["torch-harmonics"][0])
         base_fb = min(times["torch-harmonics"][1])
+        cbase_f, cbase_fb = min(cpu["torch-harmonics"][0]), min(cpu["torch-harmonics"][1])
         for name in impls:
             f, fb = times[name]
+            cf, cfb = cpu[name]
             rows.append(dict(grid=f"{shape[0]}x{shape[1]}", impl=name, fwd_ms=1e3 * min(f),
                              fwd_median_ms=1e3 * statistics.median(f), fwd_bwd_ms=1e3 * min(fb),
                              fwd_bwd_median_ms=1e3 * statistics.median(fb), fwd_ratio=min(f) / base_f,
-                             fwd_bwd_ratio=min(fb) / base_fb, max_abs_diff=err[name],
+                             fwd_bwd_ratio=min(fb) / base_fb, cpu_fwd_ms=1e3 * min(cf),
+                             cpu_fwd_bwd_ms=1e3 * min(cfb), cpu_fwd_ratio=min(cf) / cbase_f,
+                             cpu_fwd_bwd_ratio=min(cfb) / cbase_fb, max_abs_diff=err[name],
                              graph_build_s=build if name != "torch-harmonics" else float("nan")))
     head = f"{'grid':>7} {'implementation':<18} {'fwd ms':>9} {'(median)':>9} {'fwd+bwd ms':>11} {'(median)':>9} " \
            f"{'fwd x':>6} {'f+b x':>6} {'max|diff|':>9}"
@@ -107,8 +115,15 @@ def main(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"{r['grid']:>7} {r['impl']:<18} {r['fwd_ms']:9.1f} {r['fwd_median_ms']:9.1f} {r['fwd_bwd_ms']:11.1f} "
               f"{r['fwd_bwd_median_ms']:9.1f} {r['fwd_ratio']:6.2f} {r['fwd_bwd_ratio']:6.2f} {r['max_abs_diff']:9.1e}")
-    print("ratios are ours / torch-harmonics on the minimum time (< 1: faster); CPU timings are noisy on a "
-          "shared machine")
+    print("\nprocess CPU time (all threads; less sensitive to other processes than wall time)")
+    head2 = f"{'grid':>7} {'implementation':<18} {'cpu fwd ms':>11} {'cpu f+b ms':>11} {'fwd x':>6} {'f+b x':>6}"
+    print(head2)
+    print("-" * len(head2))
+    for r in rows:
+        print(f"{r['grid']:>7} {r['impl']:<18} {r['cpu_fwd_ms']:11.1f} {r['cpu_fwd_bwd_ms']:11.1f} "
+              f"{r['cpu_fwd_ratio']:6.2f} {r['cpu_fwd_bwd_ratio']:6.2f}")
+    print("ratios are ours / torch-harmonics on the minimum over repetitions (< 1: faster); timings are noisy "
+          "on a shared machine")
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "results.csv"), "w", newline="") as fh:

@@ -77,6 +77,16 @@ def test_neighbour_sets_match_torch_harmonics(grid, shapes):
     assert got == _expand_th_neighbors(ref)
 
 
+@pytest.mark.parametrize("grid", GRIDS)
+def test_grid_points_and_quadrature(grid):
+    pos, w = grid_points(9, 18, grid)
+    assert pos.shape == (162, 3) and torch.allclose(pos.norm(dim=-1), torch.ones(162, dtype=torch.float64))
+    assert abs(float(w.sum()) - 4 * math.pi) < 1e-10  # the weights integrate the sphere's area
+    # quadrature weights as torch-harmonics uses them: 2 pi w_t / nlon on ring t
+    m = _th(2, (9, 18), (9, 18), grid_in=grid, grid_out=grid)
+    assert torch.allclose(w.view(9, 18)[:, 0].float(), m.quad_weights)
+
+
 def test_geodesic_neighbors_matches_bruteforce_and_is_sorted():
     g = torch.Generator().manual_seed(1)
     x = torch.nn.functional.normalize(torch.randn(300, 3, generator=g, dtype=torch.float64), dim=-1)

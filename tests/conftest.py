@@ -1,3 +1,4 @@
+import random
 import warnings
 
 import pytest
@@ -14,4 +15,8 @@ warnings.filterwarnings("ignore", category=FutureWarning, module="torch")
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+    # torch_geometric.nn.Sequential names its generated module with Python's `random`;
+    # after code that calls random.seed(s), two Sequentials built from the same state
+    # share a name and one silently gets the other's forward. Fresh entropy per test.
+    random.seed()
     yield

@@ -47,13 +47,11 @@ class CSRStructure:
         if key.numel() > 1 and bool((key[1:] < key[:-1]).any()):
             perm = torch.argsort(key)
             src, dst = src[perm], dst[perm]
-        ones = torch.ones_like(dst)
         crow = torch.zeros(num_nodes + 1, dtype=torch.long, device=dst.device)
         crow[1:] = torch.cumsum(torch.bincount(dst, minlength=num_nodes), 0)
-        perm_t = torch.argsort(src * num_nodes + dst)
+        perm_t = torch.argsort(src, stable=True)  # stable: (src, dst) order, dst already sorted
         crow_t = torch.zeros(num_nodes + 1, dtype=torch.long, device=dst.device)
         crow_t[1:] = torch.cumsum(torch.bincount(src, minlength=num_nodes), 0)
-        del ones
         return cls(perm, dst, src, crow, perm_t, crow_t, dst[perm_t], num_nodes)
 
     def _csr(self, values: Tensor, transpose: bool = False) -> Tensor:

@@ -273,7 +273,8 @@ class LieSelfAttention(MessagePassing):
             loc = torch.cat([loc, invariants[dst], invariants[src]], dim=-1)
         loc = loc.to(x.dtype)
         if self.content == "dot_product":
-            kc = torch.stack([sddmm(csr, q[:, h], k[:, h]) for h in range(H)], -1) / math.sqrt(D)
+            qs, ks = q.unbind(1), k.unbind(1)  # unbind: one stacked gradient, not H full-size ones
+            kc = torch.stack([sddmm(csr, qs[h], ks[h]) for h in range(H)], -1) / math.sqrt(D)
         else:
             kc = self.lcl_q(q.reshape(N, H * D))[dst] + self.lcl_k(k.reshape(N, H * D))[src]
         kl = self.loc_mlp(loc) if self.loc_mlp is not None else loc
@@ -289,7 +290,8 @@ class LieSelfAttention(MessagePassing):
         alpha = w
         if self.training and self.dropout > 0:
             w = torch.nn.functional.dropout(w, p=self.dropout, training=True)
-        out = torch.cat([spmm(csr, w[:, h], v[:, h]) for h in range(H)], -1)
+        ws, vs = w.t().unbind(0), v.unbind(1)
+        out = torch.cat([spmm(csr, ws[h], vs[h]) for h in range(H)], -1)
         out = self.lin_out(out)
         if return_attention_weights:
             if perm is not None:

@@ -271,16 +271,17 @@ class S2NeighborhoodAttention(S2AttentionConv):
         node-major projections followed by transposes.
         """
         B, H = x.shape[0], self.heads
-        W = weight.flatten(1)
+        W = weight.flatten(1)  # (H * D, C)
+        xt = x.flatten(2).transpose(1, 2)  # (B, N, C) view: the GEMM reads the NCHW layout transposed, no copy
         if bias is not None:
-            y = torch.baddbmm(bias.view(1, -1, 1), W.expand(B, -1, -1), x.flatten(2))  # (B, H * D, N)
+            y = torch.baddbmm(bias.view(1, 1, -1), xt, W.t().expand(B, -1, -1))  # (B, N, H * D)
         else:
-            y = torch.matmul(W, x.flatten(2))
-        D = y.shape[1] // H
-        y = y.view(B, H, D, -1)
+            y = torch.matmul(xt, W.t())
+        D = y.shape[-1] // H
+        y = y.view(B, -1, H, D)
         if norm is not None:  # per-head RMS norm over D with weight (1 + g), as torch-harmonics
-            y = F.rms_norm(y.transpose(2, 3), normalized_shape=norm.shape, weight=1 + norm).transpose(2, 3)
-        out = y.permute(3, 2, 0, 1).contiguous().view(-1, D, B * H)  # (N, D, B * H)
+            y = F.rms_norm(y, normalized_shape=norm.shape, weight=1 + norm)
+        out = y.permute(1, 3, 0, 2).contiguous().view(-1, D, B * H)  # (N, D, B * H): a per-node transpose
         if scale is not None:
             out = out * scale
         return out
@@ -298,7 +299,8 @@ class S2NeighborhoodAttention(S2AttentionConv):
         self._check_isolated(g["edge_index"], q2.shape[0], plan)  # type: ignore[arg-type]
         o = _PlannedAttention.apply(q2, k2, v2, log_w, plan)  # (N_out, Dv, B * H)
         Dv = o.shape[1]
-        o = o.view(-1, Dv, B, H).permute(2, 3, 1, 0).reshape(B, H * Dv, -1)  # (B, C_out, N_out)
+        o = o.view(-1, Dv, B, H).permute(0, 2, 3, 1).contiguous()  # (N_out, B, H, Dv): a per-node transpose
+        o = o.view(-1, B, H * Dv).permute(1, 2, 0)  # (B, C_out, N_out) view, read transposed by the GEMM
         P = self.proj_weights.flatten(1)
         if self.proj_bias is not None:
             out = torch.baddbmm(self.proj_bias.view(1, -1, 1), P.expand(B, -1, -1), o)

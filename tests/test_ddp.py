@@ -14,8 +14,8 @@ from pyg_lie.training import DistEnv, MetricsLogger, fit, train_loader
 from pyg_lie.training.logging import read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["--potential", "pair", "--hidden", "8", "--n-train", "16", "--n-val", "4", "--n-test", "4",
-        "--rollout-steps", "10", "--epochs", "2", "--batch-size", "8", "--no-progress", "--device", "cpu"]
+TINY = ["--potential", "pair", "--hidden", "8", "--n-train", "16", "--n-val", "4", "--n-test", "2",
+        "--rollout-steps", "5", "--epochs", "2", "--batch-size", "8", "--no-progress", "--device", "cpu"]
 
 
 @pytest.mark.parametrize("n,batch,world", [(11, 4, 2), (16, 8, 2), (20, 6, 3)])

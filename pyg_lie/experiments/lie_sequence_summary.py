@@ -106,7 +106,7 @@ def render(table: dict) -> str:
         paper = PAPER.get(group)
         title = f"### {group}" + ("" if paper else " (not in the paper)")
         lines += [title, "",
-                  "| model | pose error | paper | pose error / ||xi|| | equivariance error | paper "
+                  "| model | pose error | paper | pose error / norm(xi) | equivariance error | paper "
                   "| score params | paper | total params | seeds | steps |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
         for score in SCORE_CHOICES:

@@ -336,8 +336,12 @@ def _block_backward(q2, k2, v2, b: Block, a: Tensor, g2: Tensor, dq: Tensor, dk:
     ds = a * (da - (a * da).sum(2, keepdim=True))  # (M, n, S + K)
     a_s = a[:, :, :S].transpose(1, 2).contiguous()
     ds_s = ds[:, :, :S].contiguous()
-    dv.index_add_(0, b.shared, torch.bmm(a_s, gT).permute(1, 2, 0).reshape(S, Dv * M))
-    dk.index_add_(0, b.shared, torch.bmm(ds_s.transpose(1, 2), qT).permute(1, 2, 0).reshape(S, D * M))
+    # shared sources are distinct, so accumulate with select + copy (CPU index_add_ goes through a slow,
+    # badly threaded scatter_add_)
+    dv.index_copy_(0, b.shared, dv.index_select(0, b.shared)
+                   + torch.bmm(a_s, gT).permute(1, 2, 0).reshape(S, Dv * M))
+    dk.index_copy_(0, b.shared, dk.index_select(0, b.shared)
+                   + torch.bmm(ds_s.transpose(1, 2), qT).permute(1, 2, 0).reshape(S, D * M))
     dqd = torch.bmm(ds_s, ks).permute(1, 2, 0)  # (n, D, M)
     if K > 0:
         ap = a[:, :, S:].permute(1, 2, 0).unsqueeze(2)  # (n, K, 1, M)

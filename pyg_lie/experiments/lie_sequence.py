@@ -43,6 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train-size", type=int, default=4000)
     parser.add_argument("--test-size", type=int, default=500)
     parser.add_argument("--length", type=int, default=8)
+    parser.add_argument("--step-std", nargs="+", default=[], metavar="BLOCK=STD",
+                        help="per-block std of the step xi, e.g. translation=0.5 (data set defaults otherwise)")
     parser.add_argument("--hidden", type=int, default=32)
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--heads", type=int, default=4)
@@ -89,6 +91,19 @@ def step_norms(data) -> torch.Tensor:
     return data.xi.norm(dim=-1).double()
 
 
+def _parse_step_std(items) -> dict:
+    out = {}
+    for it in items:
+        name, sep, val = it.partition("=")
+        try:
+            out[name] = float(val)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise SystemExit(f"--step-std expects BLOCK=STD such as translation=0.5, got {it!r}")
+    return out
+
+
 def run_one(group: str, score: str, seed: int, args, progress: bool = True) -> dict:
     """Train and evaluate one model; returns a dict of metrics."""
     from tqdm import tqdm
@@ -98,8 +113,11 @@ def run_one(group: str, score: str, seed: int, args, progress: bool = True) -> d
 
     dtype = getattr(torch, args.dtype)
     dev = torch.device(args.device)
-    train = LieSequenceCompletion(group, args.train_size, length=args.length, seed=10_000 + seed).batch_all()
-    test = LieSequenceCompletion(group, args.test_size, length=args.length, seed=20_000 + seed).batch_all()
+    step_std = _parse_step_std(getattr(args, "step_std", []))
+    train = LieSequenceCompletion(group, args.train_size, length=args.length, seed=10_000 + seed,
+                                  step_std=step_std).batch_all()
+    test = LieSequenceCompletion(group, args.test_size, length=args.length, seed=20_000 + seed,
+                                 step_std=step_std).batch_all()
     torch.manual_seed(seed)
     model = build_model(group, score, hidden_channels=args.hidden, num_layers=args.layers,
                         heads=args.heads).to(device=dev, dtype=dtype)

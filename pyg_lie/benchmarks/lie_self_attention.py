@@ -323,7 +323,7 @@ def format_tables(results: List[Dict], args) -> str:
                   "|---|---|---|---|---|---|---|"]
         for r in off:
             lo, hi, gb = OFFICIAL[r["name"]]
-            sp = f"{lo / r['time']:.0f}-{hi / r['time']:.0f}x" if "time" in r else "-"
+            sp = f"{lo / r['time']:.1f}-{hi / r['time']:.1f}x" if "time" in r else "-"
             ours = f"{r['time']:.3f}" if "time" in r else r.get("error", "-")
             lines.append(f"| {r['name']} | {r.get('num_edges', '-')} | {ours} | {_fmt_m(r)} | "
                          f"{lo:g}-{hi:g} | {gb} | {sp} |")

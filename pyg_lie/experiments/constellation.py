@@ -276,7 +276,7 @@ def main(args) -> int:
                                  device=env.device)
         res["invariance_curve"] = curve
         path = os.path.join(args.out, "invariance_vs_lifts.png")
-        plot_invariance(curve, path, f"{title}: trained weights, {args.invariance_clouds} test clouds")
+        plot_invariance(curve, path, f"{title}\ntrained weights, {args.invariance_clouds} test clouds")
         plots.append(path)
     table = results_table(res)
     if "invariance_curve" in res:

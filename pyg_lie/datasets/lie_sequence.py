@@ -13,7 +13,7 @@ linear part on the negative real axis). It is enforced through Bendixson's bound
 ``|Im mu| <= ||skew part of the linear part||_2`` (exact for SO(n)/SE(n)). The step is drawn blockwise,
 each block ``xi[b]`` gets a uniformly random direction and the norm
 ``r sqrt(|b|) std_b`` with ``r ~ U[0.5, 1]`` (``std = step_std.get(block, 0.2)``,
-``translation`` 0.5 by default; the typical size of ``N(0, std^2 I)`` without its
+``translation`` 0.5, ``rotation`` 0.4 by default; the typical size of ``N(0, std^2 I)`` without its
 near-zero tail, so the step length varies by at most 2x), and rescaled if needed so that ``max |Im mu| <= margin * pi``
 (``margin = 0.9``) on that bound. Everything is a deterministic function of ``seed``.
 
@@ -39,7 +39,7 @@ from torch_geometric.data import Batch, Data, Dataset
 
 from ..groups import LieGroup, get_group
 
-DEFAULT_STEP_STD = {"translation": 1.0, "rotation": 0.4}
+DEFAULT_STEP_STD = {"translation": 0.5, "rotation": 0.4}
 
 
 class LieSequenceCompletion(Dataset):

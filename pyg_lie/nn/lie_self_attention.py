@@ -277,16 +277,8 @@ class LieSelfAttention(MessagePassing):
             kc = torch.stack([sddmm(csr, qs[h], ks[h]) for h in range(H)], -1) / math.sqrt(D)
         else:
             kc = self.lcl_q(q.reshape(N, H * D))[dst] + self.lcl_k(k.reshape(N, H * D))[src]
-        kl = self.loc_mlp(loc) if self.loc_mlp is not None else loc
-        if self.combine == "additive":
-            score = kc + kl
-        elif self.combine == "multiplicative":
-            score = kc * kl
-        else:
-            score = self.combine_mlp(torch.cat([kc, kl], dim=-1))
-        norm = "softmax" if self.normalization == "softmax" else "mean"
         # ptr=None: the segment-reduce path has no double backward in torch
-        w = edge_attention(score, dst, N, normalization=norm)
+        w = self._attention(kc, loc, dst, N, ptr=None)
         alpha = w
         if self.training and self.dropout > 0:
             w = torch.nn.functional.dropout(w, p=self.dropout, training=True)
@@ -299,12 +291,9 @@ class LieSelfAttention(MessagePassing):
             return out, (edge_index, alpha)
         return out
 
-    def message(self, cq_i: Tensor, ck_j: Tensor, v_j: Tensor, loc: Tensor, index: Tensor,
-                ptr: Optional[Tensor], size_i: Optional[int]) -> Tensor:
-        if self.content == "dot_product":
-            kc = (cq_i * ck_j).sum(-1) / math.sqrt(self.head_dim)  # (E, H)
-        else:
-            kc = cq_i + ck_j  # (E, content_dim)
+    def _attention(self, kc: Tensor, loc: Tensor, index: Tensor, num_nodes: Optional[int],
+                   ptr: Optional[Tensor]) -> Tensor:
+        """Combine content ``kc (E, .)`` and location ``k_l(loc)`` scores, normalise per target."""
         kl = self.loc_mlp(loc) if self.loc_mlp is not None else loc  # (E, location_dim)
         if self.combine == "additive":
             score = kc + kl
@@ -313,7 +302,15 @@ class LieSelfAttention(MessagePassing):
         else:
             score = self.combine_mlp(torch.cat([kc, kl], dim=-1))
         norm = "softmax" if self.normalization == "softmax" else "mean"
-        w = edge_attention(score, index, size_i, normalization=norm, ptr=ptr)  # (E, H)
+        return edge_attention(score, index, num_nodes, normalization=norm, ptr=ptr)  # (E, H)
+
+    def message(self, cq_i: Tensor, ck_j: Tensor, v_j: Tensor, loc: Tensor, index: Tensor,
+                ptr: Optional[Tensor], size_i: Optional[int]) -> Tensor:
+        if self.content == "dot_product":
+            kc = (cq_i * ck_j).sum(-1) / math.sqrt(self.head_dim)  # (E, H)
+        else:
+            kc = cq_i + ck_j  # (E, content_dim)
+        w = self._attention(kc, loc, index, size_i, ptr=ptr)  # (E, H)
         self._alpha = w
         if self.training and self.dropout > 0:
             w = torch.nn.functional.dropout(w, p=self.dropout, training=True)

@@ -126,13 +126,16 @@ class LieGroup(ABC):
             points: ``(N, n)`` points of the homogeneous space.
             num_samples: number of random stabiliser samples per point
                 (ignored when ``subgroup`` is given).
-            subgroup: optional ``(K, ...)`` elements of a finite subgroup of the
-                stabiliser ``H`` (as returned by :meth:`stabilizer_embed`'s input
-                convention of each group); gives exactly ``K`` lifts per point.
+            subgroup: optional ``(K, k, k)`` matrices of a finite subgroup of the
+                stabiliser ``H`` in its natural representation (``Cn(K).elements()``
+                for SE2/SO3, a finite rotation group's ``elements()`` for SE3);
+                :meth:`stabilizer_embed` places them in the group. Gives exactly
+                ``K`` lifts per point.
             generator: random generator for the stabiliser samples.
 
         Returns:
-            ``(N, K, m, m)`` group elements with ``g . o = x`` for the origin ``o``.
+            ``(N, K, m, m)`` group elements with ``g . o = x`` for the origin ``o``
+            (``g . o = x / |x|`` for SO(n), whose orbits are spheres).
         """
         self._check_points(points, "points")
         if points.dim() != 2:

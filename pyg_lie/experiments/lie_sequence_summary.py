@@ -21,6 +21,7 @@ import math
 import os
 from types import SimpleNamespace
 
+from . import lie_sequence
 from .lie_sequence import GROUP_CHOICES, MODEL_LETTER, SCORE_CHOICES, aggregate
 
 # Musialski 2026, tables 2-4: (pose error, equivariance error, score params); strings where
@@ -36,11 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--groups", nargs="+", default=list(GROUP_CHOICES), choices=GROUP_CHOICES)
     parser.add_argument("--scores", nargs="+", default=list(SCORE_CHOICES), choices=SCORE_CHOICES)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=1500)
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--train-size", type=int, default=4000)
-    parser.add_argument("--test-size", type=int, default=500)
+    d = _experiment_defaults()  # one source for the training defaults
+    parser.add_argument("--steps", type=int, default=d.steps)
+    parser.add_argument("--batch-size", type=int, default=d.batch_size)
+    parser.add_argument("--lr", type=float, default=d.lr)
+    parser.add_argument("--train-size", type=int, default=d.train_size)
+    parser.add_argument("--test-size", type=int, default=d.test_size)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", default=os.path.join("runs", "lie_sequence"))
@@ -66,11 +68,18 @@ def _paper(v) -> str:
     return "-" if v is None else v if isinstance(v, str) else f"{v:g}"
 
 
+def _experiment_defaults() -> argparse.Namespace:
+    """The defaults of ``pyg-lie train lie-sequence`` (the paper's 3 layers x 4 heads x 32)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    lie_sequence.add_arguments(parser)
+    return parser.parse_args([])
+
+
 def _train_args(args) -> SimpleNamespace:
-    return SimpleNamespace(steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                           train_size=args.train_size, test_size=args.test_size, length=8,
-                           hidden=32, layers=3, heads=4, aux_weight=1.0, dtype="float32",
-                           device=args.device, equiv_sequences=64)
+    cfg = vars(_experiment_defaults())
+    cfg.update(steps=args.steps, batch_size=args.batch_size, lr=args.lr, train_size=args.train_size,
+               test_size=args.test_size, device=args.device)
+    return SimpleNamespace(**cfg)
 
 
 def collect(args) -> dict:

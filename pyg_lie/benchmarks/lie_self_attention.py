@@ -97,7 +97,7 @@ def run_config(cfg: Dict) -> Dict:
     """Run one configuration in this process; returns times (s) and memory (MB)."""
     torch.set_num_threads(cfg.get("threads", 1))
     from ..groups import get_group
-    from ..nn.lie_self_attention import LieSelfAttention, relative_log_at_cut
+    from ..nn.lie_self_attention import LieSelfAttention
     from ..nn.lift import Lift
     from ..nn.lifted_edges import lifted_edges
 
@@ -139,7 +139,7 @@ def run_config(cfg: Dict) -> Dict:
         elif cfg["impl"] == "transformerconv":
             from torch_geometric.nn import TransformerConv
             conv = TransformerConv(d, d // H, heads=H, edge_dim=G.dim)
-            ea = relative_log_at_cut(G, lifted.g, ei)
+            ea = G.relative_log(lifted.g, ei, one_sided_cut=True)
 
             def step():
                 conv(h, ei, ea).sum().backward()

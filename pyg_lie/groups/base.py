@@ -13,6 +13,10 @@ import torch
 from torch import Tensor
 
 
+# distance to the log's cut within which `one_sided_cut` picks a side, per dtype
+CUT_TOL = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-4, torch.float64: 1e-9}
+
+
 class LieGroup(ABC):
     """Abstract matrix Lie group.
 
@@ -73,19 +77,36 @@ class LieGroup(ABC):
         """Relative element ``g^-1 h``."""
         return self.compose(self.inv(g), h)
 
-    def relative_log(self, g: Tensor, edge_index: Tensor) -> Tensor:
+    def relative_log(self, g: Tensor, edge_index: Tensor, one_sided_cut: bool = False) -> Tensor:
         """The shared relative-pose routine: ``vee(log(g_i^-1 g_j))`` per edge.
 
         Args:
             g: node elements ``(N, m, m)`` (or ``(N, ...)`` with leading node dim).
             edge_index: ``(2, E)`` PyG edge index, row 0 = source ``j``,
                 row 1 = target ``i``.
+            one_sided_cut: apply :meth:`one_sided_cut` (deterministic side of the
+                log's cut at rotation angle ``pi``; needed for exact invariance of
+                even-order finite lifts).
 
         Returns:
             ``(E, dim)`` coordinates of ``log(g_i^-1 g_j)``.
         """
         src, dst = edge_index[0], edge_index[1]
-        return self.log(self.between(g[dst], g[src]))
+        xi = self.log(self.between(g[dst], g[src]))
+        return self.one_sided_cut(xi) if one_sided_cut else xi
+
+    def one_sided_cut(self, xi: Tensor) -> Tensor:
+        """Choose one side of the principal log's cut deterministically.
+
+        At rotation angle ``pi`` the principal log has two values and rounding
+        picks either. Groups with a rotation part override this with an *exact*
+        rewrite of the same element's log within :data:`CUT_TOL` of the cut, so
+        the result is still a function of the element only. Default: unchanged.
+
+        Args:
+            xi: ``(..., dim)`` principal-log coordinates.
+        """
+        return xi
 
     def identity(self, *batch: int, dtype: torch.dtype = torch.float32, device=None) -> Tensor:
         """Identity elements of shape ``(*batch, m, m)``."""

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from ._safe import cosc, half_cot_half, sinc
 from .base import LieGroup, batch_shape, homogeneous, rot2
-from .so2 import SQRT2
+from .so2 import SQRT2, planar_one_sided_cut
 
 
 class SE2(LieGroup):
@@ -54,6 +54,9 @@ class SE2(LieGroup):
         a, b = half_cot_half(theta), theta / 2
         u = torch.stack([a * t[..., 0] + b * t[..., 1], -b * t[..., 0] + a * t[..., 1]], -1)
         return torch.cat([u, (SQRT2 * theta).unsqueeze(-1)], -1)
+
+    def one_sided_cut(self, xi: Tensor) -> Tensor:
+        return planar_one_sided_cut(xi, 2)
 
     def inv(self, g: Tensor) -> Tensor:
         Rt = g[..., :2, :2].transpose(-1, -2)

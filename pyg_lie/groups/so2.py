@@ -7,9 +7,24 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .base import LieGroup, batch_shape, rot2
+from .base import CUT_TOL, LieGroup, batch_shape, rot2
 
 SQRT2 = math.sqrt(2.0)
+
+
+def planar_one_sided_cut(xi: Tensor, index: int) -> Tensor:
+    """One side of the cut for SO(2)/SE(2) coordinates with the angle at ``xi[..., index]``.
+
+    ``theta < -pi + tol`` becomes ``theta + 2 pi``. For SE(2) the translation
+    coordinates ``u = V^{-1}(theta) t`` with ``V^{-1} = (theta/2) [[cot(theta/2), 1],
+    [-1, cot(theta/2)]]`` scale by the same factor ``(theta + 2 pi) / theta``
+    because ``cot`` has period ``pi``, so the whole vector is scaled.
+    """
+    theta = xi[..., index] / SQRT2
+    flip = theta < -math.pi + CUT_TOL.get(xi.dtype, 1e-4)
+    safe = torch.where(flip, theta, torch.ones_like(theta))
+    factor = torch.where(flip, (safe + 2 * math.pi) / safe, torch.ones_like(theta))
+    return xi * factor.unsqueeze(-1)
 
 
 class SO2(LieGroup):
@@ -48,6 +63,9 @@ class SO2(LieGroup):
 
     def inv(self, g: Tensor) -> Tensor:
         return g.transpose(-1, -2)
+
+    def one_sided_cut(self, xi: Tensor) -> Tensor:
+        return planar_one_sided_cut(xi, 0)
 
     def random(self, *batch, generator: Optional[torch.Generator] = None,
                dtype=torch.float32, device=None) -> Tensor:

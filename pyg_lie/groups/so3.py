@@ -7,9 +7,10 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .base import LieGroup, _is_compiling, batch_shape, rot2, skew3
+from .base import CUT_TOL, LieGroup, _is_compiling, batch_shape, rot2, skew3
 
 SQRT2 = math.sqrt(2.0)
+_CUT_DIRECTION = (0.3141, 0.5926, 0.7416)  # fixed generic direction deciding the side of the cut
 
 # --------------------------------------------------------------------------
 # Even coefficient functions of the rotation angle, written as functions of
@@ -220,6 +221,16 @@ class SO3(LieGroup):
             raise ValueError(f"q must have trailing dimension 4 (w, x, y, z), got "
                              f"{tuple(q.shape) if isinstance(q, Tensor) else type(q).__name__}")
         return quaternion_to_matrix(q)
+
+    def one_sided_cut(self, xi: Tensor) -> Tensor:
+        """``|omega| > pi - tol`` with ``omega . v < 0`` (fixed generic ``v``) becomes
+        ``omega (|omega| - 2 pi) / |omega|``: the same rotation, one side of the cut."""
+        theta = xi.norm(dim=-1) / SQRT2  # |xi| = sqrt(2) |omega| in the orthonormal basis
+        v = torch.tensor(_CUT_DIRECTION, dtype=xi.dtype, device=xi.device)
+        flip = (theta > math.pi - CUT_TOL.get(xi.dtype, 1e-4)) & ((xi * v).sum(-1) < 0)
+        safe = torch.where(flip, theta, torch.ones_like(theta))
+        factor = torch.where(flip, (safe - 2 * math.pi) / safe, torch.ones_like(theta))
+        return xi * factor.unsqueeze(-1)
 
     def inv(self, g: Tensor) -> Tensor:
         return g.transpose(-1, -2)

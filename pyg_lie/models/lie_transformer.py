@@ -27,7 +27,6 @@ from ..nn.group_pool import GroupPool
 from ..nn.lie_transformer_block import LieTransformerBlock
 from ..nn.lift import Lift, LiftedPoints, check_point_cloud
 from ..nn._sparse_ops import CSRStructure
-from ..nn.lie_self_attention import relative_log_at_cut
 from ..nn.lifted_edges import lifted_edges
 
 __all__ = ["LieTransformer"]
@@ -127,7 +126,7 @@ class LieTransformer(Module):
         if self.invariant_dim > 0:
             inv = self.group.orbit_invariants(pos)[lifted.index].to(x.dtype)
         h = self.embed(lifted.x)
-        rel = relative_log_at_cut(self.group, lifted.g, edge_index)  # shared by all blocks
+        rel = self.group.relative_log(lifted.g, edge_index, one_sided_cut=True)  # shared by all blocks
         csr = CSRStructure.build(edge_index, h.size(0))
         for block in self.blocks:
             h = block(h, edge_index, lifted.g, inv, rel_log=rel, csr=csr)

@@ -44,60 +44,12 @@ from ..groups import LieGroup, get_group
 from ._sparse_ops import CSRStructure, sddmm, spmm
 from .attention_core import edge_attention
 
-__all__ = ["LieSelfAttention", "relative_log_at_cut", "CONTENT", "LOCATION", "COMBINE", "NORMALIZATION"]
+__all__ = ["LieSelfAttention", "CONTENT", "LOCATION", "COMBINE", "NORMALIZATION"]
 
 CONTENT = ("dot_product", "linear_concat_linear")
 LOCATION = ("mlp", "identity")
 COMBINE = ("additive", "mlp", "multiplicative")
 NORMALIZATION = ("softmax", "constant")
-
-
-_CUT_TOL = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-4, torch.float64: 1e-9}
-_GENERIC = (0.3141, 0.5926, 0.7416)  # fixed generic direction deciding the side of the cut in SO(3)
-
-
-def relative_log_at_cut(group: LieGroup, g: Tensor, edge_index: Tensor) -> Tensor:
-    r"""``group.relative_log`` with one representative at the cut ``|theta| = pi``.
-
-    At rotation angle ``pi`` the principal log has two values (``+pi`` and
-    ``-pi`` in 2D, ``+-omega`` in 3D) and floating-point rounding picks one at
-    random. Finite lifts of even order (``C_2``, ``C_4``, octahedral ...) hit
-    this exactly for every pair of opposite lifts, which would break their
-    exact invariance. Within ``tol`` of the cut this picks one side
-    deterministically using an *exact* rewrite of the same element:
-
-    * SO(2), SE(2): ``theta < -pi + tol`` becomes ``theta + 2 pi``; since
-      ``V^{-1}(theta) = (theta/2) [[cot(theta/2), 1], [-1, cot(theta/2)]]``
-      and ``cot`` has period ``pi``, the whole coordinate vector scales by
-      ``(theta + 2 pi) / theta``.
-    * SO(3): ``|omega| > pi - tol`` with ``omega . v < 0`` (fixed generic ``v``)
-      becomes ``omega (|omega| - 2 pi) / |omega|``.
-
-    A function of ``g_i^{-1} g_j`` only, so equivariance is untouched. Other
-    groups are returned unchanged.
-    """
-    xi = group.relative_log(g, edge_index)
-    rot = group.blocks.get("rotation")
-    if rot is None:
-        return xi
-    tol = _CUT_TOL.get(xi.dtype, 1e-4)
-    width = rot.stop - rot.start
-    if width == 1 and group.name in ("SO2", "SE2"):
-        theta = xi[..., rot.start] / math.sqrt(2.0)
-        flip = theta < -math.pi + tol
-        safe = torch.where(flip, theta, torch.ones_like(theta))
-        factor = torch.where(flip, (safe + 2 * math.pi) / safe, torch.ones_like(theta))
-        return xi * factor.unsqueeze(-1)
-    if width == 3 and group.name == "SO3":
-        w = xi[..., rot]
-        scale = math.sqrt(2.0)  # Frobenius-orthonormal basis: |xi_rot| = sqrt(2) |omega|
-        theta = w.norm(dim=-1) / scale
-        v = torch.tensor(_GENERIC, dtype=w.dtype, device=w.device)
-        flip = (theta > math.pi - tol) & ((w * v).sum(-1) < 0)
-        safe = torch.where(flip, theta, torch.ones_like(theta))
-        factor = torch.where(flip, (safe - 2 * math.pi) / safe, torch.ones_like(theta))
-        return xi * factor.unsqueeze(-1)
-    return xi
 
 
 def _mlp(in_dim: int, hidden: int, out_dim: int, layers: int) -> Module:
@@ -221,7 +173,7 @@ class LieSelfAttention(MessagePassing):
                 csr: Optional[CSRStructure] = None):
         """Attend over ``edge_index`` (row 0 = source ``j``, row 1 = target ``i``).
 
-        ``rel_log`` optionally passes ``relative_log_at_cut(group, g, edge_index)``
+        ``rel_log`` optionally passes ``group.relative_log(g, edge_index, one_sided_cut=True)``
         ``(E, dim)`` and ``csr`` a :class:`CSRStructure` of ``edge_index``, both
         precomputed once for a stack of layers on the same edges.
         """
@@ -237,7 +189,7 @@ class LieSelfAttention(MessagePassing):
         v = self.lin_v(x).view(N, H, D)
 
         # location features on edges: vee(log(g_i^-1 g_j)) (+ invariants of both ends)
-        loc = relative_log_at_cut(self.group, g, edge_index) if rel_log is None else rel_log
+        loc = self.group.relative_log(g, edge_index, one_sided_cut=True) if rel_log is None else rel_log
         if self.invariant_dim > 0:
             loc = torch.cat([loc, invariants[edge_index[1]], invariants[edge_index[0]]], dim=-1)
         loc = loc.to(x.dtype)
@@ -266,7 +218,7 @@ class LieSelfAttention(MessagePassing):
         dst, src = csr.row, csr.col
         if rel_log is None:
             sorted_ei = edge_index if perm is None else edge_index[:, perm]
-            loc = relative_log_at_cut(self.group, g, sorted_ei)
+            loc = self.group.relative_log(g, sorted_ei, one_sided_cut=True)
         else:
             loc = rel_log if perm is None else rel_log[perm]
         if self.invariant_dim > 0:

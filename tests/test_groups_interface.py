@@ -181,3 +181,13 @@ def test_lift_maps_origin_to_point(name):
     inv = G.orbit_invariants(x)
     target = x if inv is None else x / x.norm(dim=-1, keepdim=True)  # SO(n): g.o = x/|x|
     torch.testing.assert_close(image, target.unsqueeze(1).expand_as(image))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_masked_log_agrees_with_log_inside_the_chart(name):
+    G = get_group(name)
+    g = _elements(G, 8)
+    xi, inside = G.masked_log(g)
+    assert inside.shape == (8,) and inside.all()
+    torch.testing.assert_close(xi, G.log(g))
+    assert G.has_chart_boundary == name.startswith("Aff")

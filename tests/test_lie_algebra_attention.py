@@ -210,6 +210,8 @@ def test_gradcheck_score_wrt_g(name, score):
 class _ToyChartSE2(SE2):
     """SE(2) with an artificial chart boundary at |rotation angle| > 2 (test double)."""
 
+    has_chart_boundary = True
+
     def in_chart(self, g):
         return self.log(g)[..., 2].abs() / math.sqrt(2.0) < 2.0
 

@@ -44,6 +44,7 @@ class _Aff(LieGroup):
 
     n: int
     compact = False
+    has_chart_boundary = True
 
     # ------------------------------------------------------------------ basis
     def _linear_basis(self, dtype, device) -> Tensor:
@@ -86,18 +87,6 @@ class _Aff(LieGroup):
 
     def _in_chart(self, A: Tensor) -> Tensor:
         raise NotImplementedError
-
-    def masked_log(self, g: Tensor) -> tuple[Tensor, Tensor]:
-        """Log where it exists, zeros elsewhere: ``(..., n+1, n+1) -> ((..., dim), (...) bool)``.
-
-        Elements outside the chart (including ``det A <= 0``) are replaced by the
-        identity before :meth:`log`, so their coordinates are ``0`` with zero gradient;
-        the returned mask is :meth:`in_chart`. Never raises for finite input.
-        """
-        inside = self.in_chart(g)
-        eye = torch.eye(self.n + 1, dtype=g.dtype, device=g.device)
-        safe = torch.where(inside[..., None, None], g, eye)
-        return self.log(safe) * inside[..., None].to(g.dtype), inside
 
     def _check_chart(self, g: Tensor, arg: str) -> None:
         if _is_compiling():

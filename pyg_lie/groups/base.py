@@ -95,6 +95,26 @@ class LieGroup(ABC):
         xi = self.log(self.between(g[dst], g[src]))
         return self.one_sided_cut(xi) if one_sided_cut else xi
 
+    #: True for groups whose principal log is not defined everywhere (the affine groups)
+    has_chart_boundary: bool = False
+
+    def in_chart(self, g: Tensor) -> Tensor:
+        """``(...)`` bool: does ``g (..., m, m)`` have a principal log? (All True by default.)"""
+        self._check_mat(g, "g")
+        return torch.ones(g.shape[:-2], dtype=torch.bool, device=g.device)
+
+    def masked_log(self, g: Tensor) -> tuple[Tensor, Tensor]:
+        """Log where it exists, zeros elsewhere: ``(..., m, m) -> ((..., dim), (...) bool)``.
+
+        Elements outside the chart are replaced by the identity before :meth:`log`,
+        so their coordinates are ``0`` with zero gradient; the mask is :meth:`in_chart`.
+        Never raises for finite input.
+        """
+        inside = self.in_chart(g)
+        eye = torch.eye(self.matrix_size, dtype=g.dtype, device=g.device)
+        safe = torch.where(inside[..., None, None], g, eye)
+        return self.log(safe) * inside[..., None].to(g.dtype), inside
+
     def one_sided_cut(self, xi: Tensor) -> Tensor:
         """Choose one side of the principal log's cut deterministically.
 

@@ -30,7 +30,7 @@ and SO(3)/SE(3) (angle ``pi`` convention of the group) have a log for every
 element; the closed-form score is continuous there because ``||w||`` does not
 depend on the sign of the rotation axis at angle ``pi`` (the value pathway
 does). Affine groups have a real principal log only when the linear part has no
-eigenvalue on ``(-inf, 0]``; such groups expose ``in_chart``. With
+eigenvalue on ``(-inf, 0]``; such groups set ``has_chart_boundary``. With
 ``chart="mask"`` (default) an out-of-chart edge is dropped from the softmax and
 from the sum (its ``w`` is replaced by 0, its score by a very negative number and
 its weight by 0) and a ``RuntimeWarning`` is issued; a node whose edges are all
@@ -72,8 +72,9 @@ def chart_safe_log(group: LieGroup, rel: Tensor, chart: str = "mask",
         group: the group.
         rel: elements ``(E, m, m)``.
         chart: ``"mask"``: elements outside the principal chart (only groups with
-            an ``in_chart`` method have any) are replaced by the identity before
-            the log and flagged invalid, with a ``RuntimeWarning``;
+            ``has_chart_boundary``, the affine groups, have any) get zero
+            coordinates from ``group.masked_log`` and are flagged invalid, with a
+            ``RuntimeWarning``;
             ``"error"``: raise ``ValueError``.
         what: noun used in the messages.
 
@@ -83,10 +84,9 @@ def chart_safe_log(group: LieGroup, rel: Tensor, chart: str = "mask",
     """
     if chart not in CHART_MODES:
         raise ValueError(f"chart must be one of {CHART_MODES}, got {chart!r}")
-    in_chart = getattr(group, "in_chart", None)
-    if in_chart is None:
+    if not group.has_chart_boundary:
         return group.log(rel), None
-    valid = in_chart(rel)
+    w, valid = group.masked_log(rel)  # zeros (and zero gradient) outside the chart
     if not _is_compiling():
         n_bad = int((~valid).sum())
         if n_bad:
@@ -98,9 +98,7 @@ def chart_safe_log(group: LieGroup, rel: Tensor, chart: str = "mask",
             warnings.warn(
                 f"{n_bad} {what}(s) outside the principal log chart of {group.name} were masked "
                 "(they get no attention weight)", RuntimeWarning, stacklevel=3)
-    eye = torch.eye(group.matrix_size, dtype=rel.dtype, device=rel.device)
-    rel = torch.where(valid[:, None, None], rel, eye)
-    return group.log(rel), valid
+    return w, valid
 
 
 def relative_log(group: LieGroup, g: Tensor, edge_index: Tensor,
@@ -108,7 +106,7 @@ def relative_log(group: LieGroup, g: Tensor, edge_index: Tensor,
     r"""Per-edge ``w_ij = vee(log(g_i^{-1} g_j))`` and chart validity.
 
     Groups without a chart boundary use the shared :meth:`LieGroup.relative_log`
-    directly; groups with ``in_chart`` (affine groups) go through
+    directly; groups with ``has_chart_boundary`` (affine groups) go through
     :func:`chart_safe_log`.
 
     Args:
@@ -120,7 +118,7 @@ def relative_log(group: LieGroup, g: Tensor, edge_index: Tensor,
     Returns:
         ``w (E, dim)`` and ``valid (E,)`` bool or ``None``.
     """
-    if getattr(group, "in_chart", None) is None:
+    if not group.has_chart_boundary:
         return group.relative_log(g, edge_index), None
     rel = group.between(g[edge_index[1]], g[edge_index[0]])
     return chart_safe_log(group, rel, chart)

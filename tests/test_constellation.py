@@ -1,5 +1,4 @@
 """Constellation data set statistics, determinism and the transformed test sets."""
-import numpy as np
 import pytest
 import torch
 

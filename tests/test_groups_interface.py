@@ -1,5 +1,4 @@
 """Properties every group in the registry must have (runs over all registered groups)."""
-import math
 
 import numpy as np
 import pytest

@@ -3,7 +3,6 @@ counts, chart handling, batching, gradients, compile, a short training run."""
 from __future__ import annotations
 
 import math
-import warnings
 
 import pytest
 import torch
@@ -11,7 +10,7 @@ import torch
 from pyg_lie.groups import GROUPS, SE2, get_group
 from pyg_lie.nn.lie_algebra_attention import LieAlgebraAttention, relative_log
 from pyg_lie.models.lie_algebra_transformer import (
-    LieAlgebraTransformer, VectorTokenTransformer, build_model, complete_graph, completion_loss,
+    LieAlgebraTransformer, VectorTokenTransformer, complete_graph, completion_loss,
     equivariance_error, log_knn_graph, log_radius_graph, pose_error)
 from pyg_lie.datasets.lie_sequence import LieSequenceCompletion
 

@@ -20,7 +20,6 @@ rotation) to a copy of ``D_test``.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np

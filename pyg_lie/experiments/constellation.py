@@ -194,7 +194,7 @@ def plot_curves(rows: List[Dict[str, float]], path: str, title: str) -> None:
 def results_table(res: Dict) -> str:
     g = res["group"]
     lines = [
-        f"| model | D_test | D_test^T2 | D_test^SE2 | exact (D_test) | inv. err T2 | inv. err SE2 |",
+        "| model | D_test | D_test^T2 | D_test^SE2 | exact (D_test) | inv. err T2 | inv. err SE2 |",
         "|---|---|---|---|---|---|---|",
         f"| LieTransformer-{g} ({res['lift']}, K={res['lift_samples']}) | {res['test']['acc']:.3f} | "
         f"{res['test_T2']['acc']:.3f} | {res['test_SE2']['acc']:.3f} | {res['test']['exact']:.3f} | "

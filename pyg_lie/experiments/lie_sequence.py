@@ -20,10 +20,8 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
 import os
 import time
-from typing import Optional
 
 import torch
 

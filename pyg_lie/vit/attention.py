@@ -21,7 +21,7 @@ from typing import Mapping, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
 from ..nn.attention_core import edge_attention

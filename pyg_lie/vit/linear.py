@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn

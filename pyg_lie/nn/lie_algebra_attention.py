@@ -51,17 +51,11 @@ from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 
 from ..groups import LieGroup, get_group
+from ..groups.base import _is_compiling
 from .attention_core import edge_attention
 
 SCORES = ("closed_form", "mlp")
 CHART_MODES = ("mask", "error")
-
-
-def _is_compiling() -> bool:
-    try:
-        return torch.compiler.is_compiling()
-    except AttributeError:  # pragma: no cover
-        return False
 
 
 def chart_safe_log(group: LieGroup, rel: Tensor, chart: str = "mask",

@@ -41,6 +41,7 @@ from torch.nn import Linear, Module, Sequential, SiLU
 from torch_geometric.nn import MessagePassing
 
 from ..groups import LieGroup, get_group
+from ..groups.base import _is_compiling
 from ._sparse_ops import CSRStructure, sddmm, spmm
 from .attention_core import edge_attention
 
@@ -67,13 +68,6 @@ def _choice(value: str, options: Tuple[str, ...], arg: str) -> str:
     if value not in options:
         raise ValueError(f"{arg} must be one of {options}, got {value!r}")
     return value
-
-
-def _is_compiling() -> bool:
-    try:
-        return torch.compiler.is_compiling()
-    except AttributeError:  # pragma: no cover
-        return False
 
 
 class LieSelfAttention(MessagePassing):

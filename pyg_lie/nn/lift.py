@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from ..groups import LieGroup, get_group
-from ..groups.base import rot2
+from ..groups.base import _is_compiling, rot2
 
 __all__ = ["Lift", "LiftedPoints", "finite_subgroup", "check_point_cloud"]
 
@@ -48,13 +48,6 @@ class LiftedPoints(NamedTuple):
     g: Tensor
     index: Tensor
     batch: Tensor
-
-
-def _is_compiling() -> bool:
-    try:
-        return torch.compiler.is_compiling()
-    except AttributeError:  # pragma: no cover
-        return False
 
 
 def check_point_cloud(group: LieGroup, x: Optional[Tensor], pos: Tensor,

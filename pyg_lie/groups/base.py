@@ -6,8 +6,9 @@ inner product ``<A, B> = tr(A^T B)``, so ``||vee(X)|| = ||X||_F``.
 """
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -15,6 +16,40 @@ from torch import Tensor
 
 # distance to the log's cut within which `one_sided_cut` picks a side, per dtype
 CUT_TOL = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-4, torch.float64: 1e-9}
+
+#: Chord ``||R_i - R_j||_F`` of two rotations at relative angle ``pi`` (SO(2), SO(3)).
+ROTATION_CHORD = 2.0 * math.sqrt(2.0)
+
+
+class LogNormEmbedding(NamedTuple):
+    r"""A Euclidean embedding that brackets the log-norm metric (see :meth:`LieGroup.log_norm_embedding`).
+
+    For group elements ``g_i, g_j`` with embedding distance ``x = ||e_i - e_j||``::
+
+        lower * x  <=  d(g_i, g_j) = ||vee(log(g_i^-1 g_j))||  <=  upper_bound(x)  <=  upper * x
+
+    (in exact arithmetic, for exact group elements).
+
+    Attributes:
+        embedding: ``(..., D)`` embedded elements ``e``.
+        lower: the constant ``L > 0``.
+        upper: the constant ``U >= L``.
+        chord: ``None`` or the chord ``c`` of a rotation part; then the sharper
+            :meth:`upper_bound` ``x asin(s) / s``, ``s = min(1, x / c)``, holds.
+    """
+
+    embedding: Tensor
+    lower: float
+    upper: float
+    chord: Optional[float] = None
+
+    def upper_bound(self, x: Tensor) -> Tensor:
+        """Upper bound of ``d`` for embedding distances ``x (...)`` (nondecreasing), ``(...)``."""
+        if self.chord is None:
+            return self.upper * x
+        s = (x / self.chord).clamp(0.0, 1.0)
+        ratio = torch.where(s > 1e-4, torch.asin(s) / s.clamp(min=1e-4), 1 + s * s / 6 + 1e-12)
+        return torch.minimum(x * ratio, self.upper * x)
 
 
 class LieGroup(ABC):
@@ -127,6 +162,27 @@ class LieGroup(ABC):
             xi: ``(..., dim)`` principal-log coordinates.
         """
         return xi
+
+    def log_norm_embedding(self, g: Tensor) -> Optional[LogNormEmbedding]:
+        r"""Euclidean embedding ``e(g)`` with two-sided bounds on the log-norm metric.
+
+        ``d(g_i, g_j) = ||vee(log(g_i^-1 g_j))||`` is bracketed by the embedding
+        distance (:class:`LogNormEmbedding`), so neighbour searches in this metric
+        can use a k-d tree on ``e`` and evaluate exact logs only on candidates
+        (:func:`pyg_lie.models.log_knn_graph`). Overrides: ``Tn`` (``e = t``,
+        ``L = U = 1``), ``SO2``/``SO3`` (``e = vec(R)``, up to a column subset
+        with the same distances), ``SE2``/``SE3`` (``e = (t, vec(R))``), all with
+        ``L = 1``, ``U = pi / 2``. The bounds assume exact group elements
+        (orthonormal rotation parts up to rounding).
+
+        Args:
+            g: ``(..., m, m)`` elements.
+
+        Returns:
+            :class:`LogNormEmbedding` with ``embedding (..., D)``, or ``None``
+            (default: no such embedding known, e.g. the affine groups).
+        """
+        return None
 
     def identity(self, *batch: int, dtype: torch.dtype = torch.float32, device=None) -> Tensor:
         """Identity elements of shape ``(*batch, m, m)``."""

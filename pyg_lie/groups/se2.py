@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from ._safe import cosc, half_cot_half, sinc
-from .base import LieGroup, batch_shape, homogeneous, rot2
+from .base import ROTATION_CHORD, LieGroup, LogNormEmbedding, batch_shape, homogeneous, rot2
 from .so2 import SQRT2, planar_one_sided_cut
 
 
@@ -62,6 +62,27 @@ class SE2(LieGroup):
         Rt = g[..., :2, :2].transpose(-1, -2)
         t = g[..., :2, 2]
         return homogeneous(Rt, -(Rt @ t.unsqueeze(-1)).squeeze(-1))
+
+    def log_norm_embedding(self, g: Tensor) -> LogNormEmbedding:
+        r"""``e = (t, sqrt(2) R e_1)``; ``L = 1``, ``U = pi / 2``.
+
+        With ``theta`` the relative angle and ``phi = (theta/2) / sin(theta/2) in [1, pi/2]``:
+        ``d^2 = |u|^2 + 2 theta^2`` with ``u = V^{-1} R_i^T (t_j - t_i)`` and both
+        singular values of ``V^{-1}`` equal to ``phi``, so
+        ``|t_j - t_i| <= |u| <= phi |t_j - t_i|``, while the rotation part is
+        ``sqrt(2) theta = phi * 2 sqrt(2) sin(theta/2)``. Hence
+        ``x <= d <= phi x <= (pi/2) x`` with ``x = ||e_i - e_j||``, and since
+        ``2 sqrt(2) sin(theta/2) <= x``, ``phi <= asin(s)/s``, ``s = min(1, x / (2 sqrt(2)))``.
+
+        Args:
+            g: ``(..., 3, 3)`` elements.
+
+        Returns:
+            :class:`~pyg_lie.groups.base.LogNormEmbedding`, ``embedding (..., 4)``.
+        """
+        self._check_mat(g, "g")
+        e = torch.cat([g[..., :2, 2], SQRT2 * g[..., :2, 0]], -1)
+        return LogNormEmbedding(e, 1.0, math.pi / 2, ROTATION_CHORD)
 
     def random(self, *batch, generator: Optional[torch.Generator] = None,
                dtype=torch.float32, device=None, scale: float = 1.0) -> Tensor:

@@ -1,12 +1,13 @@
 """SE(3): rigid motions of 3-space (closed-form exp/log, see ``docs/groups/so3_se3.md``)."""
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
 from torch import Tensor
 
-from .base import LieGroup, batch_shape, homogeneous, skew3
+from .base import ROTATION_CHORD, LieGroup, LogNormEmbedding, batch_shape, homogeneous, skew3
 from .so3 import (SQRT2, SO3, _check_finite, _check_proper, quaternion_to_matrix, rot_coeff_b,
                   rot_coeff_c, rot_coeff_d)
 
@@ -101,3 +102,24 @@ class SE3(LieGroup):
                              f"{tuple(h.shape) if isinstance(h, Tensor) else type(h).__name__}")
         _check_proper(h, "subgroup")
         return homogeneous(h, torch.zeros(*h.shape[:-2], 3, dtype=h.dtype, device=h.device))
+
+    def log_norm_embedding(self, g: Tensor) -> LogNormEmbedding:
+        r"""``e = (t, vec(R))``; ``L = 1``, ``U = pi / 2``.
+
+        With ``theta`` the relative angle and ``phi = (theta/2) / sin(theta/2) in [1, pi/2]``:
+        ``d^2 = |u|^2 + 2 theta^2``, ``u = V(omega)^{-1} R_i^T (t_j - t_i)``; the
+        singular values of ``V^{-1}`` are ``1`` (along ``omega``) and ``phi`` (twice),
+        so ``|t_j - t_i| <= |u| <= phi |t_j - t_i|``, and the rotation part is
+        ``sqrt(2) theta = phi ||R_i - R_j||_F``. Hence ``x <= d <= phi x <= (pi/2) x``
+        for ``x = ||e_i - e_j||``; as ``||R_i - R_j||_F <= x``,
+        ``phi <= asin(s) / s`` with ``s = min(1, x / (2 sqrt(2)))``.
+
+        Args:
+            g: ``(..., 4, 4)`` elements.
+
+        Returns:
+            :class:`~pyg_lie.groups.base.LogNormEmbedding`, ``embedding (..., 12)``.
+        """
+        self._check_mat(g, "g")
+        e = torch.cat([g[..., :3, 3], g[..., :3, :3].reshape(*g.shape[:-2], 9)], -1)
+        return LogNormEmbedding(e, 1.0, math.pi / 2, ROTATION_CHORD)

@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .base import CUT_TOL, LieGroup, batch_shape, rot2
+from .base import CUT_TOL, ROTATION_CHORD, LieGroup, LogNormEmbedding, batch_shape, rot2
 
 SQRT2 = math.sqrt(2.0)
 
@@ -66,6 +66,23 @@ class SO2(LieGroup):
 
     def one_sided_cut(self, xi: Tensor) -> Tensor:
         return planar_one_sided_cut(xi, 0)
+
+    def log_norm_embedding(self, g: Tensor) -> LogNormEmbedding:
+        r"""``e = sqrt(2) R e_1`` (first column); ``L = 1``, ``U = pi / 2``.
+
+        ``x = ||e_i - e_j|| = ||R_i - R_j||_F = 2 sqrt(2) sin(theta / 2)`` and
+        ``d = sqrt(2) theta`` for the relative angle ``theta in [0, pi]``, so
+        ``d = x asin(s) / s`` with ``s = x / (2 sqrt(2))`` exactly and
+        ``x <= d <= (pi / 2) x`` (from ``(2 / pi) theta <= 2 sin(theta / 2) <= theta``).
+
+        Args:
+            g: ``(..., 2, 2)`` rotations.
+
+        Returns:
+            :class:`~pyg_lie.groups.base.LogNormEmbedding`, ``embedding (..., 2)``.
+        """
+        self._check_mat(g, "g")
+        return LogNormEmbedding(SQRT2 * g[..., :, 0], 1.0, math.pi / 2, ROTATION_CHORD)
 
     def random(self, *batch, generator: Optional[torch.Generator] = None,
                dtype=torch.float32, device=None) -> Tensor:

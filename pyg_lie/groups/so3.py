@@ -7,7 +7,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .base import CUT_TOL, LieGroup, _is_compiling, batch_shape, rot2, skew3
+from .base import (CUT_TOL, ROTATION_CHORD, LieGroup, LogNormEmbedding, _is_compiling, batch_shape,
+                   rot2, skew3)
 
 SQRT2 = math.sqrt(2.0)
 _CUT_DIRECTION = (0.3141, 0.5926, 0.7416)  # fixed generic direction deciding the side of the cut
@@ -243,6 +244,23 @@ class SO3(LieGroup):
         return quaternion_to_matrix(q).to(dtype=dtype, device=device)
 
     # ------------------------------------------------------ homogeneous space
+    def log_norm_embedding(self, g: Tensor) -> LogNormEmbedding:
+        r"""``e = vec(R)``; ``L = 1``, ``U = pi / 2``.
+
+        ``x = ||R_i - R_j||_F = 2 sqrt(2) sin(theta / 2)`` for the relative angle
+        ``theta in [0, pi]`` and ``d = sqrt(2) theta``, so ``d = x asin(s) / s``
+        with ``s = x / (2 sqrt(2))`` exactly and ``x <= d <= (pi / 2) x``
+        (from ``(2 / pi) theta <= 2 sin(theta / 2) <= theta``).
+
+        Args:
+            g: ``(..., 3, 3)`` rotations.
+
+        Returns:
+            :class:`~pyg_lie.groups.base.LogNormEmbedding`, ``embedding (..., 9)``.
+        """
+        self._check_mat(g, "g")
+        return LogNormEmbedding(g.reshape(*g.shape[:-2], 9), 1.0, math.pi / 2, ROTATION_CHORD)
+
     def origin(self, dtype=torch.float32, device=None) -> Tensor:
         return torch.tensor([0.0, 0.0, 1.0], dtype=dtype, device=device)
 

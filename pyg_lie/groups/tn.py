@@ -6,7 +6,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .base import LieGroup, batch_shape, homogeneous
+from .base import LieGroup, LogNormEmbedding, batch_shape, homogeneous
 
 
 class Tn(LieGroup):
@@ -50,6 +50,18 @@ class Tn(LieGroup):
 
     def between(self, g: Tensor, h: Tensor) -> Tensor:
         return self.exp(h[..., : self.n, self.n] - g[..., : self.n, self.n])
+
+    def log_norm_embedding(self, g: Tensor) -> LogNormEmbedding:
+        """``e = t``: the log-norm is the Euclidean distance, ``L = U = 1``.
+
+        Args:
+            g: ``(..., n+1, n+1)`` elements.
+
+        Returns:
+            :class:`~pyg_lie.groups.base.LogNormEmbedding`, ``embedding (..., n)``.
+        """
+        self._check_mat(g, "g")
+        return LogNormEmbedding(g[..., : self.n, self.n], 1.0, 1.0)
 
     def random(self, *batch, generator: Optional[torch.Generator] = None,
                dtype=torch.float32, device=None, scale: float = 1.0) -> Tensor:

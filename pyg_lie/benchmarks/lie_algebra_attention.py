@@ -9,9 +9,18 @@ of
 * ``G knn``: the same on the log-norm ``k``-nearest-neighbour graph (``N (k+1)`` edges),
 * ``A complete`` / ``A knn``: :class:`~pyg_lie.models.VectorTokenTransformer` on the same graphs,
 
-and reports the kNN graph construction time separately (``O(N^2)`` log-norms,
-chunked; not part of the step). Results: a table on stdout, ``<out>/bench.json``
-and ``<out>/bench.png`` (time vs N, log-log).
+and reports the kNN graph construction time separately (not part of the step).
+Results: a table on stdout, ``<out>/bench.json`` and ``<out>/bench.png`` (time vs
+N, log-log).
+
+Graph construction (second table, ``graph_rows`` in ``bench.json``): for each of
+``--graph-groups`` and ``--graph-sizes`` (one random-walk sequence) the time of
+:func:`~pyg_lie.models.log_knn_graph` with ``method="brute"`` (all ``N^2``
+log-norms) and ``method="embedding"`` (k-d tree on the log-norm embedding, exact
+logs on candidates), side by side with the ratio and a check that both edge sets
+agree. Above ``--max-brute`` tokens the brute force is not run; its time is
+extrapolated quadratically from the largest measured size (marked ``est.``).
+``--graph-only`` skips the training-step table.
 """
 from __future__ import annotations
 
@@ -38,6 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    parser.add_argument("--graph-groups", nargs="+", default=["SE3", "SO3"])
+    parser.add_argument("--graph-sizes", type=int, nargs="+", default=[1000, 10000, 100000],
+                        help="token counts of the graph-construction timing (empty: skip)")
+    parser.add_argument("--max-brute", type=int, default=10000,
+                        help="largest N for the brute-force graph build (above: extrapolated)")
+    parser.add_argument("--graph-only", action="store_true", help="only time graph construction")
     parser.add_argument("--out", default=os.path.join("runs", "bench_lie_algebra_attention"))
 
 
@@ -80,7 +95,7 @@ def main(args: argparse.Namespace) -> int:
     dev, dtype = torch.device(args.device), getattr(torch, args.dtype)
     os.makedirs(args.out, exist_ok=True)
     rows = []
-    jobs = [(gn, n) for gn in args.groups if gn in GROUPS for n in args.sizes]
+    jobs = [] if args.graph_only else [(gn, n) for gn in args.groups if gn in GROUPS for n in args.sizes]
     for gn in args.groups:
         if gn not in GROUPS:
             print(f"skipping {gn}: not available in pyg_lie.groups")
@@ -105,15 +120,71 @@ def main(args: argparse.Namespace) -> int:
                     sec = _time_step(model, g, ei, args.repeat, dev)
                     rows.append({"group": gn, "N": n, "graph": gname, "model": mname, "edges": ei.shape[1],
                                  "step_s": sec, "knn_build_s": t_graph if gname == "knn" else 0.0})
-    print(f"{'group':6} {'N':>6} {'graph':9} {'model':5} {'edges':>9} {'fwd+bwd [ms]':>13} {'kNN build [ms]':>15}")
+    graph_rows = time_graph_construction(args, dev, dtype)
+    if rows:
+        print(f"{'group':6} {'N':>6} {'graph':9} {'model':5} {'edges':>9} {'fwd+bwd [ms]':>13} {'kNN build [ms]':>15}")
     for r in rows:
         print(f"{r['group']:6} {r['N']:>6} {r['graph']:9} {r['model']:5} {r['edges']:>9} "
               f"{1e3 * r['step_s']:>13.1f} {1e3 * r['knn_build_s']:>15.1f}")
     with open(os.path.join(args.out, "bench.json"), "w") as f:
-        json.dump({"rows": rows, "args": {k: v for k, v in vars(args).items() if not k.startswith("_")}}, f)
-    _plot(rows, os.path.join(args.out, "bench.png"))
-    print(f"wrote {args.out}/bench.json and bench.png")
+        json.dump({"rows": rows, "graph_rows": graph_rows,
+                   "args": {k: v for k, v in vars(args).items() if not k.startswith("_")}}, f)
+    if rows:
+        _plot(rows, os.path.join(args.out, "bench.png"))
+    print(f"wrote {args.out}/bench.json" + (" and bench.png" if rows else ""))
     return 0
+
+
+def _time_build(G, g, k: int, method: str, device) -> tuple[float, torch.Tensor]:
+    """Seconds and edge index of one ``log_knn_graph(G, g, k, method=method)``."""
+    from ..models.lie_algebra_transformer import log_knn_graph
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    ei = log_knn_graph(G, g, k, method=method)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t, ei
+
+
+def time_graph_construction(args: argparse.Namespace, device, dtype) -> list[dict]:
+    """Brute vs embedding kNN graph construction; prints a table, returns its rows."""
+    from ..groups import GROUPS, get_group
+
+    rows: list[dict] = []
+    for gn in args.graph_groups:
+        if gn not in GROUPS:
+            print(f"skipping {gn}: not available in pyg_lie.groups")
+            continue
+        G = get_group(gn)
+        last = None  # (N, seconds) of the largest brute-force run
+        warm = random_walk(G, 64).to(device, dtype)
+        for method in ("embedding", "brute"):  # imports, first-call allocations
+            _time_build(G, warm, args.k, method, device)
+        for n in args.graph_sizes:
+            g = random_walk(G, n).to(device, dtype)
+            t_emb, ei_emb = _time_build(G, g, args.k, "embedding", device)
+            if n <= args.max_brute:
+                t_brute, ei_brute = _time_build(G, g, args.k, "brute", device)
+                key = lambda e: (e[1] * n + e[0]).sort().values  # noqa: E731
+                same = bool(torch.equal(key(ei_emb), key(ei_brute)))
+                last, est = (n, t_brute), False
+            else:
+                t_brute = None if last is None else last[1] * (n / last[0]) ** 2
+                same, est = None, True
+            rows.append({"group": gn, "N": n, "k": args.k, "edges": int(ei_emb.shape[1]),
+                         "brute_s": t_brute, "brute_estimated": est, "embedding_s": t_emb,
+                         "same_edges": same})
+    if rows:
+        print(f"kNN graph construction (k = {args.k}, one sequence, {args.dtype}, {device.type})")
+        print(f"{'group':6} {'N':>7} {'brute [s]':>14} {'embedding [s]':>14} {'ratio':>9} {'same':>5}")
+        for r in rows:
+            b = "-" if r["brute_s"] is None else f"{r['brute_s']:.3f}" + (" est." if r["brute_estimated"] else "")
+            ratio = "-" if r["brute_s"] is None else f"{r['brute_s'] / r['embedding_s']:.0f}x"
+            same = "-" if r["same_edges"] is None else ("yes" if r["same_edges"] else "NO")
+            print(f"{r['group']:6} {r['N']:>7} {b:>14} {r['embedding_s']:>14.3f} {ratio:>9} {same:>5}")
+    return rows
 
 
 def _plot(rows, path) -> None:

@@ -456,6 +456,108 @@ def test_se3_section_and_lift():
         G.lift(x, subgroup=Cn(4).elements())
 
 
+# --------------------------------------------------------------- SE3 cut rule
+CUT_V = torch.tensor([0.3141, 0.5926, 0.7416], dtype=F64)  # so3._CUT_DIRECTION
+
+
+def _vinv_pi(n: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """``V(pi n)^-1 t`` written out here (``D(pi^2) = 1 / pi^2``), independent of the library."""
+    w = math.pi * n
+    wt = torch.linalg.cross(w, t, dim=-1)
+    return t - 0.5 * wt + torch.linalg.cross(w, wt, dim=-1) / math.pi ** 2
+
+
+def test_se3_one_sided_cut_is_the_same_element():
+    """exp(cut(xi)) == exp(xi) at float64 precision; only the one side near pi is rewritten."""
+    G = SE3()
+    n = unit(400, seed=21)
+    n = torch.where(((n @ CUT_V) < 0).unsqueeze(-1), n, -n)  # every axis on the side that flips
+    g = torch.Generator().manual_seed(22)
+    delta = torch.tensor([0.0, 2e-10, 5e-10, -5e-10, -3e-10], dtype=F64).repeat(80).unsqueeze(-1)
+    u = 3 * torch.randn(400, 3, generator=g, dtype=F64)
+    xi = se3_xi(u, n * (math.pi - delta))
+    out = G.one_sided_cut(xi)
+    assert (G.exp(out) - G.exp(xi)).abs().max() < 1e-13
+    omega = out[:, 3:] / S2
+    assert bool(((omega @ CUT_V) > 0).all())  # all now on the positive side of the plane
+    assert (omega.norm(dim=-1, keepdim=True) - (math.pi + delta)).abs().max() < 1e-13
+    assert (out[:, :3] - u).abs().min(-1).values.max() > 1e-3  # translations did change
+    # the other side near pi, and everything farther than CUT_TOL from pi: unchanged
+    keep = torch.cat([se3_xi(u[:50], -n[:50] * (math.pi - 2e-10)),
+                      algebra_sample(G, 200, seed=23, max_angle=math.pi - 1e-8)])
+    assert torch.equal(G.one_sided_cut(keep), keep)
+
+
+def test_se3_one_sided_cut_is_deterministic_at_pi():
+    """A rotation by exactly pi built from the log +pi n and from -pi n: the principal logs
+    of the two (equal up to rounding) elements differ in sign, the one-sided ones agree."""
+    G = SE3()
+    n = torch.cat([unit(300, seed=24), torch.eye(3, dtype=F64),
+                   torch.tensor([[1.0, -1.0, 0.0]], dtype=F64) / math.sqrt(2)])
+    t = torch.randn(len(n), 3, generator=torch.Generator().manual_seed(25), dtype=F64)
+    g_plus = G.exp(se3_xi(_vinv_pi(n, t), math.pi * n))
+    g_minus = G.exp(se3_xi(_vinv_pi(-n, t), -math.pi * n))
+    target = torch.eye(4, dtype=F64).repeat(len(n), 1, 1)
+    target[:, :3, :3] = 2 * n[:, :, None] * n[:, None, :] - torch.eye(3, dtype=F64)
+    target[:, :3, 3] = t
+    assert (g_plus - target).abs().max() < 1e-13 and (g_minus - target).abs().max() < 1e-13
+    log_p, log_m = G.log(g_plus), G.log(g_minus)
+    assert bool(((log_p - log_m).abs().amax(-1) > 1.0).any())  # rounding picks either side
+    cut_p, cut_m = G.one_sided_cut(log_p), G.one_sided_cut(log_m)
+    assert (cut_p - cut_m).abs().max() < 1e-12
+    assert (G.exp(cut_p) - target).abs().max() < 1e-13
+    assert bool(((cut_p[:, 3:] @ CUT_V) > 0).all())
+
+
+def _cut_points() -> torch.Tensor:
+    """Points away from the switch: theta = 0, generic, pi (+ side), and pi + 0.1 on the flipping
+    side (a non-principal input; the rewritten angle is pi - 0.1)."""
+    n = unit(seed=26)
+    n = torch.where(n @ CUT_V < 0, n, -n)
+    u = torch.tensor([0.4, -0.9, 1.3], dtype=F64)
+    return torch.stack([se3_xi(u, 0 * n), se3_xi(u, 1.3 * n), se3_xi(u, -math.pi * n),
+                        se3_xi(u, (math.pi + 0.1) * n), se3_xi(u, 2.0 * n)])
+
+
+def test_se3_one_sided_cut_gradients():
+    G = SE3()
+    xi = _cut_points()
+    assert torch.equal(G.one_sided_cut(xi)[[0, 1, 2, 4]], xi[[0, 1, 2, 4]])
+    assert not torch.equal(G.one_sided_cut(xi)[3], xi[3])
+    xi.requires_grad_()
+    assert gradcheck(G.one_sided_cut, (xi,))
+    assert gradgradcheck(G.one_sided_cut, (xi,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_se3_one_sided_cut_finite_gradients_on_the_switch(dtype):
+    """First and second derivatives are finite at 0 and exactly at pi on both sides."""
+    G = SE3()
+    n = unit(seed=27)
+    n = torch.where(n @ CUT_V < 0, n, -n)
+    u = torch.tensor([0.4, -0.9, 1.3], dtype=F64)
+    xi = torch.stack([se3_xi(u, 0 * n), se3_xi(u, math.pi * n), se3_xi(u, -math.pi * n),
+                      se3_xi(0 * u, math.pi * n)]).to(dtype).requires_grad_()
+    out = G.one_sided_cut(xi)
+    assert not torch.equal(out[1], xi[1]) and torch.equal(out[2], xi[2])
+    (gx,) = torch.autograd.grad((out ** 2).sum() + out.sum(), xi, create_graph=True)
+    (gxx,) = torch.autograd.grad(gx.square().sum(), xi)
+    assert torch.isfinite(gx).all() and torch.isfinite(gxx).all()
+    # through the log as well: relative_log(..., one_sided_cut=True) at identity pairs and pi
+    g = G.exp(xi.detach()).requires_grad_()
+    w = G.relative_log(torch.cat([G.identity(1, dtype=dtype), g]),
+                       torch.tensor([[0, 1, 2, 3, 4], [0, 0, 0, 0, 0]]), one_sided_cut=True)
+    (gg,) = torch.autograd.grad((w ** 2).sum() + w.sum(), g)
+    assert torch.isfinite(gg).all()
+
+
+def test_se3_one_sided_cut_compiles_without_graph_breaks():
+    G = SE3()
+    xi = _cut_points()
+    compiled = torch.compile(G.one_sided_cut, backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(xi), G.one_sided_cut(xi), atol=0, rtol=0)
+
+
 # --------------------------------------------------------------- bad input
 @pytest.mark.parametrize("G", GROUPS, ids=IDS)
 def test_bad_input(G):

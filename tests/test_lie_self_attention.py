@@ -164,7 +164,7 @@ def test_torch_compile_block_fullgraph():
     assert torch.allclose(out, ref, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", [n for n in ("SO2", "SE2", "SO3") if n in GROUPS])
+@pytest.mark.parametrize("name", [n for n in ("SO2", "SE2", "SO3", "SE3") if n in GROUPS])
 def test_one_sided_cut_is_exact_and_one_sided(name):
     G = get_group(name)
     rot = G.blocks["rotation"]

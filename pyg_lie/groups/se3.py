@@ -9,7 +9,7 @@ from torch import Tensor
 
 from .base import ROTATION_CHORD, LieGroup, LogNormEmbedding, batch_shape, homogeneous, skew3
 from .so3 import (SQRT2, SO3, _check_finite, _check_proper, quaternion_to_matrix, rot_coeff_b,
-                  rot_coeff_c, rot_coeff_d)
+                  rot_coeff_c, rot_coeff_d, rotvec_cut_flip)
 
 
 class SE3(LieGroup):
@@ -25,6 +25,7 @@ class SE3(LieGroup):
     ``u = V^{-1} t``, ``V^{-1} = I - [w]_x / 2 + D [w]_x^2``,
     ``D = (1 - (theta/2) cot(theta/2)) / theta^2``; all coefficients are evaluated
     as functions of ``theta^2`` with Taylor branches near 0.
+    ``one_sided_cut``: the SO(3) rule for ``omega`` with ``u -> V(omega')^{-1} V(omega) u``.
 
     ``random``: Haar rotation and translation ``~ N(0, scale^2 I)`` (``scale=1``).
     Homogeneous space ``R^3`` with origin ``0``; section = pure translation;
@@ -48,23 +49,56 @@ class SE3(LieGroup):
         self._check_vec(xi, "xi")
         _check_finite(xi, "xi")
         u, omega = xi[..., :3], xi[..., 3:] / SQRT2
-        t2 = (omega * omega).sum(-1, keepdim=True)
-        B, C = rot_coeff_b(t2), rot_coeff_c(t2)
-        wu = torch.linalg.cross(omega, u, dim=-1)
-        wwu = torch.linalg.cross(omega, wu, dim=-1)
-        t = u + B * wu + C * wwu
-        return homogeneous(SO3.exp_rotvec(omega), t)
+        return homogeneous(SO3.exp_rotvec(omega), self.v_apply(omega, u))
 
     def log(self, g: Tensor) -> Tensor:
         self._check_mat(g, "g")
         R, t = g[..., :3, :3], g[..., :3, 3]
         omega = SO3.log_rotvec(R)
+        return torch.cat([self.v_inv_apply(omega, t), SQRT2 * omega], -1)
+
+    @staticmethod
+    def v_apply(omega: Tensor, u: Tensor) -> Tensor:
+        """``V(omega) u = u + B omega x u + C omega x (omega x u)`` (left Jacobian of SO(3)).
+
+        ``omega (..., 3)`` rotation vectors, ``u (..., 3)`` -> ``(..., 3)``; finite
+        with finite derivatives for every ``omega`` (no input checks).
+        """
         t2 = (omega * omega).sum(-1, keepdim=True)
-        D = rot_coeff_d(t2)
+        wu = torch.linalg.cross(omega, u, dim=-1)
+        wwu = torch.linalg.cross(omega, wu, dim=-1)
+        return u + rot_coeff_b(t2) * wu + rot_coeff_c(t2) * wwu
+
+    @staticmethod
+    def v_inv_apply(omega: Tensor, t: Tensor) -> Tensor:
+        """``V(omega)^-1 t = t - omega x t / 2 + D omega x (omega x t)``.
+
+        ``omega (..., 3)``, ``t (..., 3)`` -> ``(..., 3)``; finite for
+        ``|omega| < 2 pi`` (no input checks).
+        """
+        t2 = (omega * omega).sum(-1, keepdim=True)
         wt = torch.linalg.cross(omega, t, dim=-1)
         wwt = torch.linalg.cross(omega, wt, dim=-1)
-        u = t - 0.5 * wt + D * wwt
-        return torch.cat([u, SQRT2 * omega], -1)
+        return t - 0.5 * wt + rot_coeff_d(t2) * wwt
+
+    def one_sided_cut(self, xi: Tensor) -> Tensor:
+        r"""One side of the log's cut at rotation angle ``pi``: ``(..., 6) -> (..., 6)``.
+
+        The rotation part follows SO(3) (:func:`~pyg_lie.groups.so3.rotvec_cut_flip`):
+        where ``|omega| > pi - CUT_TOL`` and ``omega . v < 0``,
+        ``omega' = omega (|omega| - 2 pi) / |omega|``. The translation coordinates are
+        rewritten so the element is unchanged, ``u' = V(omega')^{-1} V(omega) u``
+        (``t = V(omega) u`` is what :meth:`exp` builds); elsewhere ``xi`` is returned
+        as is. Unflipped entries evaluate ``V^{-1}`` at ``0`` in the discarded branch,
+        so values and gradients are finite everywhere (also at ``omega = 0`` and
+        exactly ``pi``); no data-dependent Python branching.
+        """
+        u, rot = xi[..., :3], xi[..., 3:]
+        omega = rot / SQRT2
+        flip, factor = rotvec_cut_flip(omega)
+        omega_new = torch.where(flip.unsqueeze(-1), omega * factor, torch.zeros_like(omega))
+        u_new = self.v_inv_apply(omega_new, self.v_apply(omega, u))
+        return torch.cat([torch.where(flip.unsqueeze(-1), u_new, u), rot * factor], -1)
 
     def inv(self, g: Tensor) -> Tensor:
         Rt = g[..., :3, :3].transpose(-1, -2)

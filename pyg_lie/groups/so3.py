@@ -149,6 +149,35 @@ def _log_from_quaternion(q: Tensor) -> Tensor:
     return torch.where(small, f_small, f_big) * v
 
 
+def rotvec_cut_flip(omega: Tensor) -> tuple[Tensor, Tensor]:
+    """The one-sided rule for the cut of the SO(3) log at angle ``pi`` (shared by SO3 and SE3).
+
+    A rotation vector with ``theta = |omega| > pi - CUT_TOL[dtype]`` and
+    ``omega . v < 0`` for the fixed generic direction ``v = _CUT_DIRECTION`` is
+    replaced by ``omega (theta - 2 pi) / theta``, the same rotation seen from the
+    other side of the cut; every other ``omega`` is kept.
+
+    The angle is taken as ``sqrt(|omega|^2)`` only where the flip applies (a dummy
+    ``1`` elsewhere), so values and gradients are finite everywhere, including at
+    ``omega = 0``; no data-dependent Python branching (``torch.compile``-friendly).
+
+    Args:
+        omega: rotation vectors ``(..., 3)``.
+
+    Returns:
+        ``(flip, factor)``: the bool mask ``(...)`` of flipped vectors and the
+        scale ``(..., 1)`` (``(theta - 2 pi) / theta`` where flipped, else ``1``),
+        so that ``omega * factor`` is the one-sided rotation vector.
+    """
+    t2 = (omega * omega).sum(-1)
+    v = torch.tensor(_CUT_DIRECTION, dtype=omega.dtype, device=omega.device)
+    bound = math.pi - CUT_TOL.get(omega.dtype, 1e-4)
+    flip = (t2 > bound * bound) & ((omega * v).sum(-1) < 0)
+    safe = torch.where(flip, t2, torch.ones_like(t2)).sqrt()
+    factor = torch.where(flip, (safe - 2 * math.pi) / safe, torch.ones_like(t2))
+    return flip, factor.unsqueeze(-1)
+
+
 class SO3(LieGroup):
     r"""Rotations of ``R^3``, elements ``(..., 3, 3)``.
 
@@ -225,13 +254,10 @@ class SO3(LieGroup):
 
     def one_sided_cut(self, xi: Tensor) -> Tensor:
         """``|omega| > pi - tol`` with ``omega . v < 0`` (fixed generic ``v``) becomes
-        ``omega (|omega| - 2 pi) / |omega|``: the same rotation, one side of the cut."""
-        theta = xi.norm(dim=-1) / SQRT2  # |xi| = sqrt(2) |omega| in the orthonormal basis
-        v = torch.tensor(_CUT_DIRECTION, dtype=xi.dtype, device=xi.device)
-        flip = (theta > math.pi - CUT_TOL.get(xi.dtype, 1e-4)) & ((xi * v).sum(-1) < 0)
-        safe = torch.where(flip, theta, torch.ones_like(theta))
-        factor = torch.where(flip, (safe - 2 * math.pi) / safe, torch.ones_like(theta))
-        return xi * factor.unsqueeze(-1)
+        ``omega (|omega| - 2 pi) / |omega|``: the same rotation, one side of the cut
+        (the rule is :func:`rotvec_cut_flip`). ``xi (..., 3) -> (..., 3)``."""
+        _, factor = rotvec_cut_flip(xi / SQRT2)  # |xi| = sqrt(2) |omega| in the orthonormal basis
+        return xi * factor
 
     def inv(self, g: Tensor) -> Tensor:
         return g.transpose(-1, -2)

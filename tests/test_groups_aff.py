@@ -441,4 +441,8 @@ def test_property_chart_and_log(seed, shear, which):
     assert inside.tolist() == expected.tolist()
     if inside.any():
         gi = g[inside]
-        torch.testing.assert_close(G.exp(G.log(gi)), gi, atol=1e-10, rtol=1e-10)
+        # backward-stable round trip: error ~ eps * cond(A) * ||g|| (shear 2 reaches cond ~ 1e6)
+        A = gi[:, :G.n, :G.n].numpy()
+        tol = 64 * np.finfo(np.float64).eps * np.linalg.cond(A) * gi.flatten(1).norm(dim=-1).numpy()
+        err = (G.exp(G.log(gi)) - gi).flatten(1).norm(dim=-1).numpy()
+        assert (err <= tol).all(), (err, tol)

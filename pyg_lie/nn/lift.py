@@ -118,8 +118,9 @@ def finite_subgroup(group: LieGroup, k: int, dtype: torch.dtype = torch.float64,
         if k in named:
             try:
                 from ..groups import finite
-                elems = getattr(finite, named[k])().elements()
-                return elems.to(dtype=dtype, device=device)
+                # built in float64: a float32 cast would be a group only to ~1e-8,
+                # outside the float64 log-cut tolerance
+                return getattr(finite, named[k])().elements(dtype=dtype, device=device)
             except (ImportError, AttributeError) as err:  # pragma: no cover - while finite.py lands
                 raise ValueError(f"pyg_lie.groups.finite.{named[k]} is not available ({err})") from err
         out = torch.zeros(k, 3, 3, dtype=torch.float64)

@@ -30,9 +30,10 @@ def _randomise_heads(model, gen_seed=1):
     with torch.no_grad():
         for lin in (model.head_delta, model.head_weight):
             lin.weight.copy_(0.05 * torch.randn(lin.weight.shape, generator=gen, dtype=lin.weight.dtype))
-        if model.head_edge is not None:
-            last = model.head_edge[-1]
-            last.weight.copy_(0.1 * torch.randn(last.weight.shape, generator=gen, dtype=D))
+        for mlp in (model.head_edge, model.head_pair):
+            if mlp is not None:
+                last = mlp[-1]
+                last.weight.copy_(0.1 * torch.randn(last.weight.shape, generator=gen, dtype=last.weight.dtype))
     return model
 
 
@@ -59,6 +60,68 @@ def test_model_equivariance_float64(name, score):
     assert err.max() < 1e-12, (name, score, err)
     # the proposals really moved (the test is not trivially satisfied)
     assert (out.g - g).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("score,head", [("closed_form", "pair"), ("mlp", "pair"), ("closed_form", "midpoint")])
+@pytest.mark.parametrize("name", ALL_GROUPS)
+def test_pair_head_equivariance_float64(name, score, head):
+    G = _group(name)
+    torch.manual_seed(0)
+    model = _randomise_heads(LieAlgebraTransformer(G, score=score, head=head).to(D)).eval()
+    g, batch, _ = _sequences(G, n=2)
+    a = G.random(2, generator=torch.Generator().manual_seed(3), dtype=D)
+    out, out_a = model(g, batch=batch), model(G.compose(a[batch], g), batch=batch)
+    assert (G.compose(a[batch[out.pair_index[1]]], out.pair_g) - out_a.pair_g).abs().max() < 1e-12
+    assert pose_error(G, out_a.prediction, G.compose(a, out.prediction)).max() < 1e-12
+    # the selection is not uniform, so the check is not trivially satisfied
+    assert out.pair_weight.std() > 0.01 * out.pair_weight.mean()
+
+
+@pytest.mark.parametrize("head", ["pair", "midpoint"])
+@pytest.mark.parametrize("name", ALL_GROUPS)
+def test_pair_head_interpolates_the_gap_exactly(name, head):
+    """With only the two neighbours of the gap, the pair head at initialisation (c = 1/2)
+    and the midpoint head return their geodesic midpoint, which is the missing element
+    of g_k = g_0 exp(k xi)."""
+    G = _group(name)
+    model = _randomise_heads(LieAlgebraTransformer(G, head=head).to(D)).eval()
+    if head == "pair":  # c = 1/2 exactly
+        torch.nn.init.zeros_(model.head_pair[-1].weight)
+    for d in LieSequenceCompletion(G, 3, seed=5, dtype=D):
+        m = int(d.missing)
+        pos = d.order.tolist()
+        pair = d.g[[pos.index(m - 1), pos.index(m + 1)]]
+        pred = model(pair).prediction[0]
+        assert pose_error(G, pred[None], d.target).max() < 1e-12
+        # midpoint property, independent of how the head computes it: g_a^-1 p = p^-1 g_b
+        assert (G.between(pair[0], pred) - G.between(pred, pair[1])).abs().max() < 1e-12
+
+
+def test_pair_head_batching_and_short_sequences():
+    G = SE2()
+    ds = LieSequenceCompletion(G, 3, length=(4, 9), seed=2, dtype=D)
+    model = _randomise_heads(LieAlgebraTransformer(G, head="pair").to(D)).eval()
+    from torch_geometric.data import Batch
+    data = Batch.from_data_list(list(ds))
+    out = model(data.g, batch=data.batch)
+    for b, d in enumerate(ds):
+        assert torch.allclose(model(d.g).prediction[0], out.prediction[b], atol=1e-12)
+    # the selection logits are bounded: weight ratios within a sequence <= e^(2 b)
+    g6 = G.random(6, generator=torch.Generator().manual_seed(0), dtype=D)
+    with torch.no_grad():  # rescale the raw selection logits to mean 0, std 10
+        out = model(g6)
+        raw = model._pair_mlp(model.head_pair, out.h, out.pair_index)[:, 0]
+        k, last = 10.0 / float(raw.std()), model.head_pair[-1]
+        last.weight[0].mul_(k)
+        last.bias[0] = k * (last.bias[0] - raw.mean())
+    model.pair_logit_bound = 1.0
+    w = model(g6).pair_weight
+    assert float(w.max() / w.min()) <= math.exp(2.0) * (1 + 1e-9)
+    assert float(w.max() / w.min()) > 2.0  # the bound is what limits it
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        model(G.random(3, dtype=D), batch=torch.tensor([0, 1, 1]))
+    with pytest.raises(ValueError, match="head must be"):
+        LieAlgebraTransformer(G, head="nearest")
 
 
 def test_vector_baseline_is_not_equivariant():

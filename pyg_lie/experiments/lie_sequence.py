@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--score", nargs="+", default=["closed_form"], choices=SCORE_CHOICES,
                         help="model(s): closed_form = G, mlp = C, vector = A")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=1500, help="optimiser steps")
+    parser.add_argument("--steps", type=int, default=4000, help="optimiser steps")
     parser.add_argument("--batch-size", type=int, default=256,
                         help="sequences per step (256 with lr 5e-3 halves G's SE(2)/SO(3) error vs 128 / 3e-3)")
     parser.add_argument("--lr", type=float, default=5e-3,
@@ -48,6 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hidden", type=int, default=32)
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--head", default="midpoint", choices=["midpoint", "pair", "token"],
+                        help="completion head: midpoint = learned choice of a pair, prediction on the "
+                             "geodesic midpoint; pair = the same with a learned point c = 1/2 + MLP; "
+                             "token = every token proposes g_i exp(delta_i)")
+    parser.add_argument("--pair-logit-bound", type=float, nargs=2, default=[2.0, 8.0], metavar=("START", "END"),
+                        help="pair heads: bound b of the selection logits b tanh(s / b), raised linearly from "
+                             "START to END over the first half of training (soft selection first, so that "
+                             "it does not lock onto a wrong pair)")
     parser.add_argument("--aux-weight", type=float, default=1.0,
                         help="weight of the per-token proposal loss")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
@@ -120,7 +128,7 @@ def run_one(group: str, score: str, seed: int, args, progress: bool = True) -> d
                                  step_std=step_std).batch_all()
     torch.manual_seed(seed)
     model = build_model(group, score, hidden_channels=args.hidden, num_layers=args.layers,
-                        heads=args.heads).to(device=dev, dtype=dtype)
+                        heads=args.heads, head=getattr(args, "head", "midpoint")).to(device=dev, dtype=dtype)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=args.steps, pct_start=0.05)
     gen = torch.Generator().manual_seed(seed)
@@ -130,7 +138,9 @@ def run_one(group: str, score: str, seed: int, args, progress: bool = True) -> d
     model.train()
     bar = tqdm(range(args.steps), desc=f"{group} {MODEL_LETTER[score]} seed {seed}", disable=not progress,
                leave=False)
-    for _ in bar:
+    b0, b1 = getattr(args, "pair_logit_bound", (2.0, 8.0))
+    for step in bar:
+        model.pair_logit_bound = b0 + (b1 - b0) * min(1.0, 2.0 * step / max(1, args.steps))
         idx = torch.randperm(S, generator=gen)[:args.batch_size]
         g, batch, target = _subset(train, idx)
         g, batch, target = g.to(dev, dtype), batch.to(dev), target.to(dev, dtype)
@@ -157,7 +167,7 @@ def run_one(group: str, score: str, seed: int, args, progress: bool = True) -> d
         "pose_error": float(err.mean()), "pose_error_median": float(err.median()),
         "relative_pose_error": float((err / step_norms(test)).mean()),
         "equivariance_error": float(eq.mean()), "equivariance_error_max": float(eq.max()),
-        "score_params": model.num_score_parameters(), "total_params": model.num_parameters(),
+        "head": model.head, "score_params": model.num_score_parameters(), "total_params": model.num_parameters(),
         "final_loss": float(sum(losses[-50:]) / max(1, len(losses[-50:]))),
         "train_time_s": train_time, "steps": args.steps, "losses": losses,
     }
@@ -166,6 +176,7 @@ def run_one(group: str, score: str, seed: int, args, progress: bool = True) -> d
 def aggregate(runs: list[dict]) -> dict:
     """Mean and std over seeds of the scalar metrics."""
     out = {k: runs[0][k] for k in ("group", "score", "model", "score_params", "total_params")}
+    out["head"] = runs[0].get("head", "token")
     out["seeds"] = [r["seed"] for r in runs]
     out["steps"] = runs[0]["steps"]
     for key in ("pose_error", "relative_pose_error", "equivariance_error", "train_time_s", "final_loss"):

@@ -40,6 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=d.steps)
     parser.add_argument("--batch-size", type=int, default=d.batch_size)
     parser.add_argument("--lr", type=float, default=d.lr)
+    parser.add_argument("--head", default=d.head, choices=["midpoint", "pair", "token"],
+                        help="completion head (see pyg-lie train lie-sequence --help)")
     parser.add_argument("--train-size", type=int, default=d.train_size)
     parser.add_argument("--test-size", type=int, default=d.test_size)
     parser.add_argument("--threads", type=int, default=1)
@@ -76,7 +78,7 @@ def _experiment_defaults() -> argparse.Namespace:
 
 def _train_args(args) -> SimpleNamespace:
     cfg = vars(_experiment_defaults())
-    cfg.update(steps=args.steps, batch_size=args.batch_size, lr=args.lr, train_size=args.train_size,
+    cfg.update(steps=args.steps, batch_size=args.batch_size, lr=args.lr, head=args.head, train_size=args.train_size,
                test_size=args.test_size, device=args.device)
     return SimpleNamespace(**cfg)
 
@@ -115,8 +117,8 @@ def render(table: dict) -> str:
         title = f"### {group}" + ("" if paper else " (not in the paper)")
         lines += [title, "",
                   "| model | pose error | paper | pose error / norm(xi) | equivariance error | paper "
-                  "| score params | paper | total params | seeds | steps |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| score params | paper | total params | head | seeds | steps |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for score in SCORE_CHOICES:
             if score not in by_score:
                 continue
@@ -128,7 +130,8 @@ def render(table: dict) -> str:
                 f"| {letter} ({score}) | {_fmt(r['pose_error'], r.get('pose_error_std'))} | {_paper(p[0])} "
                 f"| {_fmt(r.get('relative_pose_error'), r.get('relative_pose_error_std'))} "
                 f"| {_fmt(r['equivariance_error'], r.get('equivariance_error_std'))} | {_paper(p[1])} "
-                f"| {r['score_params']} | {_paper(p[2])} | {r['total_params']} | {len(r['seeds'])} | {steps} |")
+                f"| {r['score_params']} | {_paper(p[2])} | {r['total_params']} | {r.get('head', 'token')} "
+                f"| {len(r['seeds'])} | {steps} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -34,6 +34,13 @@ the one-step weighted Frechet mean around it,
 
 .. math:: \hat g = p_r \exp\Big(\sum_i a_i \log(p_r^{-1} p_i)\Big).
 
+With ``head="pair"`` every pair ``j -> i`` (``i != j``) proposes a point on their
+geodesic, ``q_ij = g_i exp(c_ij w_ij)`` with ``c_ij = 1/2 + MLP([h_i ; h_j])``, and the
+same pooling runs over pairs with weights ``beta_ij = softmax_seq(8 tanh(s_ij / 8))``
+(bounded logits keep the selection trainable); ``head="midpoint"`` fixes
+``c_ij = 1/2``. For sequences ``g_0 exp(k xi)`` the midpoint of any pair symmetric
+about the gap *is* the missing element, so the network only chooses pairs.
+
 Under ``g_k -> b g_k`` all ``h``, ``delta``, ``a`` and ``p_r^{-1} p_i`` are
 invariant and ``p_i -> b p_i``, so ``\hat g -> b \hat g``: the model is exactly
 equivariant (for A the features are not invariant, so it is not). The relative
@@ -57,6 +64,7 @@ from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.utils import scatter, softmax
 
 from ..groups import LieGroup, get_group
+from ..groups.base import _is_compiling
 from ..groups.base import LogNormEmbedding
 from ..nn.attention_core import edge_attention
 from ..neighbors import _scipy_available, radius_graph
@@ -333,6 +341,10 @@ def _embedding_knn(group: LieGroup, g: Tensor, lne: LogNormEmbedding, batch: Ten
 
 
 # ----------------------------------------------------------------- outputs
+#: the pair head's selection logits lie in ``(-b, b)``: weight ratios up to ``e^(2b)``
+PAIR_LOGIT_BOUND = 8.0
+
+
 class LieAlgebraOutput(NamedTuple):
     """Model outputs.
 
@@ -342,20 +354,31 @@ class LieAlgebraOutput(NamedTuple):
         prediction: ``(B, m, m)`` completion (equivariant pooled estimate).
         weight: ``(N,)`` pooling weights ``a_i`` (sum to 1 per sequence).
         h: ``(N, hidden)`` final hidden states.
+        pair_weight: ``(E,)`` selection weights of the pair head over ``pair_index``
+            (``head="pair"`` only; sum to 1 per sequence).
+        pair_g: ``(E, m, m)`` pair proposals ``g_i exp(c_ij w_ij)`` (``head="pair"`` only).
+        pair_index: ``(2, E)`` pairs ``j -> i`` of the pair head (``head="pair"`` only).
     """
     g: Tensor
     delta: Tensor
     prediction: Tensor
     weight: Tensor
     h: Tensor
+    pair_weight: Optional[Tensor] = None
+    pair_g: Optional[Tensor] = None
+    pair_index: Optional[Tensor] = None
 
 
 class _TokenTransformer(nn.Module):
     """Shared trunk and heads; subclasses define the tokens and the attention."""
 
     def __init__(self, group, hidden_channels: int, num_layers: int, heads: int,
-                 in_channels: int, dropout: float, chart: str, k: Optional[int]) -> None:
+                 in_channels: int, dropout: float, chart: str, k: Optional[int],
+                 head: str = "token") -> None:
         super().__init__()
+        if head not in ("token", "pair", "midpoint"):
+            raise ValueError(f"head must be 'token', 'pair' or 'midpoint', got {head!r}")
+        self.head = head
         self.group = get_group(group)
         for name, v in (("hidden_channels", hidden_channels), ("num_layers", num_layers), ("heads", heads)):
             if not isinstance(v, int) or v < 1:
@@ -382,6 +405,12 @@ class _TokenTransformer(nn.Module):
         # relative head: delta_i += sum_j gamma(h_i, h_j) w_ij (only with relative logs)
         self.head_edge = (nn.Sequential(nn.Linear(2 * H, H), nn.GELU(), nn.Linear(H, 1))
                           if self._uses_relative_logs else None)
+        # pair head: per pair j -> i a selection logit and an interpolation offset
+        self.head_pair = (nn.Sequential(nn.Linear(2 * H, H), nn.GELU(), nn.Linear(H, 2))
+                          if head in ("pair", "midpoint") else None)
+        #: bound ``b`` of the pair selection logits, ``b tanh(s / b)`` (a plain float, not
+        #: state: training may anneal it, see ``pyg-lie train lie-sequence --pair-logit-bound``)
+        self.pair_logit_bound = PAIR_LOGIT_BOUND
 
     _uses_relative_logs = True
 
@@ -397,6 +426,8 @@ class _TokenTransformer(nn.Module):
         nn.init.zeros_(self.head_weight.weight); nn.init.zeros_(self.head_weight.bias)
         if self.head_edge is not None:
             nn.init.zeros_(self.head_edge[-1].weight); nn.init.zeros_(self.head_edge[-1].bias)
+        if self.head_pair is not None:  # uniform selection, every pair proposes its midpoint
+            nn.init.zeros_(self.head_pair[-1].weight); nn.init.zeros_(self.head_pair[-1].bias)
 
     # subclass hooks
     def _initial(self, g: Tensor) -> Tensor:
@@ -442,25 +473,53 @@ class _TokenTransformer(nn.Module):
             h = self.norm1[layer](h + F.dropout(self.lin_out[layer](a), self.dropout, self.training))
             h = self.norm2[layer](h + F.dropout(self.ffn[layer](h), self.dropout, self.training))
         delta = self.head_delta(h)
-        if self.head_edge is not None:
-            src, dst = edge_index[0], edge_index[1]
-            # gamma = MLP([h_i ; h_j]); the first linear map is split into node-level parts
-            lin1, lin2 = self.head_edge[0], self.head_edge[2]
-            Hc = self.hidden_channels
-            zi = F.linear(h, lin1.weight[:, :Hc], lin1.bias)
-            zj = F.linear(h, lin1.weight[:, Hc:])
-            gamma = lin2(F.gelu(zi[dst] + zj[src]))  # (E, 1)
+        wd = None
+        if w is not None:
             wd = w.to(dtype) if valid is None else torch.where(valid[:, None], w.to(dtype), 0.0)
-            delta = delta + scatter(gamma * wd, dst, dim=0, dim_size=N, reduce="sum")
+        if self.head_edge is not None:
+            gamma = self._pair_mlp(self.head_edge, h, edge_index)  # (E, 1)
+            delta = delta + scatter(gamma * wd, edge_index[1], dim=0, dim_size=N, reduce="sum")
         gd = g.to(dtype)
         p = self.group.compose(gd, self.group.exp(delta))
         weight = softmax(self.head_weight(h).squeeze(-1), batch, dim=0)
-        prediction = self._pool(p, weight, batch)
-        return LieAlgebraOutput(p, delta, prediction, weight, h)
+        if self.head_pair is None:
+            return LieAlgebraOutput(p, delta, self._pool(p, weight, batch), weight, h)
+        if not _is_compiling() and N and bool((torch.bincount(batch) < 2).any()):
+            raise ValueError("head='pair' needs at least 2 tokens in every sequence (a pair to "
+                             "interpolate); use head='token' for shorter sequences")
+        # pair head: pair j -> i proposes g_i exp(c_ij w_ij) (c = 1/2: the geodesic midpoint)
+        pairs = edge_index[:, edge_index[0] != edge_index[1]]
+        if wd is None or pairs.shape[1] != edge_index.shape[1]:
+            wp, vp = relative_log(self.group, g, pairs, self.chart)
+            wp = wp.to(dtype) if vp is None else torch.where(vp[:, None], wp.to(dtype), 0.0)
+        else:
+            wp, vp = wd, valid
+        out = self._pair_mlp(self.head_pair, h, pairs)  # (P, 2)
+        # bounded logits: a saturated softmax would freeze the selection (zero gradient)
+        b = self.pair_logit_bound
+        logit = b * torch.tanh(out[:, 0] / b)
+        c = 0.5 + out[:, 1:] if self.head == "pair" else torch.full_like(out[:, 1:], 0.5)
+        if vp is not None:  # out-of-chart pairs cannot propose
+            logit = torch.where(vp, logit, torch.full_like(logit, -1e30))
+        pb = batch[pairs[1]]
+        pair_weight = softmax(logit, pb, dim=0)
+        pair_g = self.group.compose(gd[pairs[1]], self.group.exp(c * wp))
+        prediction = self._pool(pair_g, pair_weight, pb, num_segments=int(batch.max()) + 1 if N else 0)
+        return LieAlgebraOutput(p, delta, prediction, weight, h, pair_weight, pair_g, pairs)
 
-    def _pool(self, p: Tensor, weight: Tensor, batch: Tensor) -> Tensor:
+    def _pair_mlp(self, mlp: nn.Sequential, h: Tensor, edge_index: Tensor) -> Tensor:
+        """``MLP([h_i ; h_j])`` per edge ``j -> i``; the first linear map is split into
+        node-level parts so the edge work is one gather and an add."""
+        lin1, lin2 = mlp[0], mlp[2]
+        Hc = self.hidden_channels
+        zi = F.linear(h, lin1.weight[:, :Hc], lin1.bias)
+        zj = F.linear(h, lin1.weight[:, Hc:])
+        return lin2(F.gelu(zi[edge_index[1]] + zj[edge_index[0]]))
+
+    def _pool(self, p: Tensor, weight: Tensor, batch: Tensor, num_segments: Optional[int] = None) -> Tensor:
+        """One-step weighted Frechet mean of proposals ``p (N, m, m)`` per segment of ``batch``."""
         N = p.shape[0]
-        B = int(batch.max()) + 1 if N else 0
+        B = num_segments if num_segments is not None else (int(batch.max()) + 1 if N else 0)
         wmax = scatter(weight, batch, dim=0, dim_size=B, reduce="max")
         idx = torch.arange(N, device=p.device)
         cand = torch.where(weight == wmax[batch], idx, torch.full_like(idx, N))
@@ -497,6 +556,9 @@ class LieAlgebraTransformer(_TokenTransformer):
         chart: ``"mask"`` or ``"error"`` for out-of-chart relative poses.
         k: ``None`` for the complete graph per sequence, or the number of nearest
             neighbours in the log-norm metric (linear attention cost).
+        head: completion head, ``"token"`` (every token proposes ``g_i exp(delta_i)``)
+            or ``"pair"`` (every pair proposes a point on the geodesic between them,
+            ``g_i exp(c_ij w_ij)``, ``c_ij = 1/2 + MLP``; see the module docstring).
 
     ``forward(g, edge_index=None, batch=None, x=None)`` returns a
     :class:`LieAlgebraOutput`.
@@ -505,8 +567,8 @@ class LieAlgebraTransformer(_TokenTransformer):
     def __init__(self, group: Union[str, LieGroup], hidden_channels: int = 32, num_layers: int = 3,
                  heads: int = 4, score: str = "closed_form", in_channels: int = 0,
                  kernel_hidden: int = 32, dropout: float = 0.0, chart: str = "mask",
-                 k: Optional[int] = None) -> None:
-        super().__init__(group, hidden_channels, num_layers, heads, in_channels, dropout, chart, k)
+                 k: Optional[int] = None, head: str = "token") -> None:
+        super().__init__(group, hidden_channels, num_layers, heads, in_channels, dropout, chart, k, head)
         self.score = score
         for _ in range(num_layers):
             self.attn.append(LieAlgebraAttention(hidden_channels, hidden_channels // heads, self.group,
@@ -583,8 +645,8 @@ class VectorTokenTransformer(_TokenTransformer):
 
     def __init__(self, group: Union[str, LieGroup], hidden_channels: int = 32, num_layers: int = 3,
                  heads: int = 4, in_channels: int = 0, dropout: float = 0.0, chart: str = "mask",
-                 k: Optional[int] = None) -> None:
-        super().__init__(group, hidden_channels, num_layers, heads, in_channels, dropout, chart, k)
+                 k: Optional[int] = None, head: str = "token") -> None:
+        super().__init__(group, hidden_channels, num_layers, heads, in_channels, dropout, chart, k, head)
         self.score = "vector"
         m = self.group.matrix_size
         self.lin_g = nn.Linear(m * m, hidden_channels)
@@ -644,7 +706,9 @@ def completion_loss(group: Union[str, LieGroup], out: LieAlgebraOutput, g: Tenso
     ``mean_b ||target_b^{-1} pred_b - I||_F^2`` (defined everywhere, locally the
     squared log-norm) plus ``aux_weight * mean_i ||delta_i - log(g_i^{-1} target)||^2``:
     every token is taught to locate the missing element relative to itself (the
-    per-token targets are in the chart by construction of the data).
+    per-token targets are in the chart by construction of the data). With the pair
+    head, also ``aux_weight * mean_b sum_e beta_e ||target^{-1} p_e - I||_F^2`` over
+    the pair proposals ``p_e`` and their selection weights ``beta_e``.
     """
     group = get_group(group)
     dtype = out.prediction.dtype
@@ -659,7 +723,15 @@ def completion_loss(group: Union[str, LieGroup], out: LieAlgebraOutput, g: Tenso
     err = (out.delta - wt).pow(2).sum(-1)
     if valid is not None:
         err = err * valid.to(dtype)
-    return pooled + aux_weight * err.mean()
+    loss = pooled + aux_weight * err.mean()
+    if out.pair_weight is not None:
+        # expected pair-proposal error under the selection weights (mixture of experts):
+        # sharpens the selection towards pairs whose proposal is right
+        pb = batch[out.pair_index[1]]
+        perr = (group.between(target[pb], out.pair_g) - eye).flatten(1).pow(2).sum(-1)
+        loss = loss + aux_weight * scatter(out.pair_weight * perr, pb, dim=0,
+                                           dim_size=target.shape[0], reduce="sum").mean()
+    return loss
 
 
 @torch.no_grad()

@@ -56,6 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pair heads: bound b of the selection logits b tanh(s / b), raised linearly from "
                              "START to END over the first half of training (soft selection first, so that "
                              "it does not lock onto a wrong pair)")
+    parser.add_argument("--pair-logit-ramp", type=float, default=0.5,
+                        help="fraction of training over which --pair-logit-bound rises from START to END")
     parser.add_argument("--aux-weight", type=float, default=1.0,
                         help="weight of the per-token proposal loss")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
@@ -140,7 +142,8 @@ def run_one(group: str, score: str, seed: int, args, progress: bool = True) -> d
                leave=False)
     b0, b1 = getattr(args, "pair_logit_bound", (2.0, 8.0))
     for step in bar:
-        model.pair_logit_bound = b0 + (b1 - b0) * min(1.0, 2.0 * step / max(1, args.steps))
+        ramp = max(1e-9, getattr(args, "pair_logit_ramp", 0.5)) * max(1, args.steps)
+        model.pair_logit_bound = b0 + (b1 - b0) * min(1.0, step / ramp)
         idx = torch.randperm(S, generator=gen)[:args.batch_size]
         g, batch, target = _subset(train, idx)
         g, batch, target = g.to(dev, dtype), batch.to(dev), target.to(dev, dtype)

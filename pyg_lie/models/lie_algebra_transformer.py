@@ -355,9 +355,9 @@ class LieAlgebraOutput(NamedTuple):
         weight: ``(N,)`` pooling weights ``a_i`` (sum to 1 per sequence).
         h: ``(N, hidden)`` final hidden states.
         pair_weight: ``(E,)`` selection weights of the pair head over ``pair_index``
-            (``head="pair"`` only; sum to 1 per sequence).
-        pair_g: ``(E, m, m)`` pair proposals ``g_i exp(c_ij w_ij)`` (``head="pair"`` only).
-        pair_index: ``(2, E)`` pairs ``j -> i`` of the pair head (``head="pair"`` only).
+            (pair heads only: ``"pair"``, ``"midpoint"``; sum to 1 per sequence).
+        pair_g: ``(E, m, m)`` pair proposals ``g_i exp(c_ij w_ij)`` (pair heads only).
+        pair_index: ``(2, E)`` pairs ``j -> i`` of the pair head (pair heads only).
     """
     g: Tensor
     delta: Tensor
@@ -485,15 +485,16 @@ class _TokenTransformer(nn.Module):
         if self.head_pair is None:
             return LieAlgebraOutput(p, delta, self._pool(p, weight, batch), weight, h)
         if not _is_compiling() and N and bool((torch.bincount(batch) < 2).any()):
-            raise ValueError("head='pair' needs at least 2 tokens in every sequence (a pair to "
-                             "interpolate); use head='token' for shorter sequences")
+            raise ValueError(f"head={self.head!r} needs at least 2 tokens in every sequence (a pair "
+                             f"to interpolate); use head='token' for shorter sequences")
         # pair head: pair j -> i proposes g_i exp(c_ij w_ij) (c = 1/2: the geodesic midpoint)
-        pairs = edge_index[:, edge_index[0] != edge_index[1]]
-        if wd is None or pairs.shape[1] != edge_index.shape[1]:
+        not_loop = edge_index[0] != edge_index[1]
+        pairs = edge_index[:, not_loop]
+        if wd is None:  # vector tokens (A) have no relative logs of their own
             wp, vp = relative_log(self.group, g, pairs, self.chart)
             wp = wp.to(dtype) if vp is None else torch.where(vp[:, None], wp.to(dtype), 0.0)
-        else:
-            wp, vp = wd, valid
+        else:  # the trunk's logs, without the self loops
+            wp, vp = wd[not_loop], (None if valid is None else valid[not_loop])
         out = self._pair_mlp(self.head_pair, h, pairs)  # (P, 2)
         # bounded logits: a saturated softmax would freeze the selection (zero gradient)
         b = self.pair_logit_bound
@@ -556,9 +557,10 @@ class LieAlgebraTransformer(_TokenTransformer):
         chart: ``"mask"`` or ``"error"`` for out-of-chart relative poses.
         k: ``None`` for the complete graph per sequence, or the number of nearest
             neighbours in the log-norm metric (linear attention cost).
-        head: completion head, ``"token"`` (every token proposes ``g_i exp(delta_i)``)
-            or ``"pair"`` (every pair proposes a point on the geodesic between them,
-            ``g_i exp(c_ij w_ij)``, ``c_ij = 1/2 + MLP``; see the module docstring).
+        head: completion head, ``"token"`` (every token proposes ``g_i exp(delta_i)``),
+            ``"pair"`` (every pair proposes a point on the geodesic between them,
+            ``g_i exp(c_ij w_ij)``, ``c_ij = 1/2 + MLP``) or ``"midpoint"`` (``c_ij = 1/2``);
+            see the module docstring.
 
     ``forward(g, edge_index=None, batch=None, x=None)`` returns a
     :class:`LieAlgebraOutput`.

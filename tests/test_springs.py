@@ -138,7 +138,7 @@ def test_node_validation():
 
 
 def _lie_potential(group):
-    models = pytest.importorskip("pyg_lie.models.lie_transformer")
+    pytest.importorskip("pyg_lie.models.lie_transformer")
     from pyg_lie.experiments.springs import build_potential
     return build_potential(group, hidden_channels=16, num_layers=2, heads=2)
 

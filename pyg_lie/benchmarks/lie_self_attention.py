@@ -193,7 +193,6 @@ def _run_subprocess(cfgs: List[Dict], timeout: float, bar=None) -> List[Dict]:
     out: List[Dict] = [{"error": "not run (earlier configuration timed out)"} for _ in cfgs]
     t0 = time.time()
     import select
-    buf = ""
     while True:
         left = timeout - (time.time() - t0)
         if left <= 0:

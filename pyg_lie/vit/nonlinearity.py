@@ -110,7 +110,6 @@ class FourierNonlinearity(nn.Module):
         next_channel = {r.name: 0 for r in G.irreps}
         order = []
         for i, p in enumerate(self.patterns):
-            mats = []
             for _ in p["orbits"]:
                 base = {}
                 for name, a, j in p["slots"]:

@@ -108,16 +108,21 @@ def complete_graph(batch: Tensor, self_loops: bool = True) -> Tensor:
     return ei
 
 
+def _log_norm(group: LieGroup, rel: Tensor, chart: str) -> Tensor:
+    """``||vee(log(rel))||`` for relative poses ``rel (E, m, m)``, ``(E,)``; inf outside the chart."""
+    w, valid = chart_safe_log(group, rel, chart, what="candidate pair")
+    d = w.norm(dim=-1)
+    if valid is not None:
+        d = torch.where(valid, d, torch.full_like(d, math.inf))
+    return d
+
+
 def _pairwise_log_norm(group: LieGroup, g_dst: Tensor, g_src: Tensor, chart: str) -> Tensor:
     """``||log(g_i^-1 g_j)||`` for all pairs, ``(n_dst, n_src)``; inf outside the chart."""
     nd, ns = g_dst.shape[0], g_src.shape[0]
     rel = group.between(g_dst[:, None].expand(nd, ns, *g_dst.shape[1:]).reshape(-1, *g_dst.shape[1:]),
                         g_src[None].expand(nd, ns, *g_src.shape[1:]).reshape(-1, *g_src.shape[1:]))
-    w, valid = chart_safe_log(group, rel, chart, what="candidate pair")
-    d = w.norm(dim=-1)
-    if valid is not None:
-        d = torch.where(valid, d, torch.full_like(d, math.inf))
-    return d.view(nd, ns)
+    return _log_norm(group, rel, chart).view(nd, ns)
 
 
 #: ``method`` values of :func:`log_knn_graph` / :func:`log_radius_graph`
@@ -267,11 +272,7 @@ def _edge_log_norm(group: LieGroup, g: Tensor, src: Tensor, dst: Tensor, chunk: 
     block = max(1, chunk) * _PAIRS_PER_CHUNK
     for a in range(0, src.numel(), block):
         s, t = src[a:a + block], dst[a:a + block]
-        w, valid = chart_safe_log(group, group.between(g[t], g[s]), chart, what="candidate pair")
-        d = w.norm(dim=-1)
-        if valid is not None:
-            d = torch.where(valid, d, torch.full_like(d, math.inf))
-        out.append(d)
+        out.append(_log_norm(group, group.between(g[t], g[s]), chart))
     return torch.cat(out) if out else g.new_zeros(0)
 
 

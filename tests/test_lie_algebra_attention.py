@@ -110,7 +110,9 @@ def test_pair_head_batching_and_short_sequences():
     g6 = G.random(6, generator=torch.Generator().manual_seed(0), dtype=D)
     with torch.no_grad():  # rescale the raw selection logits to mean 0, std 10
         out = model(g6)
-        raw = model._pair_mlp(model.head_pair, out.h, out.pair_index)[:, 0]
+        j, i = out.pair_index  # pair j -> i
+        w_ij = G.log(G.between(g6[i], g6[j]))
+        raw = model._pair_mlp(model.head_pair, out.h, out.pair_index, w_ij)[:, 0]
         k, last = 10.0 / float(raw.std()), model.head_pair[-1]
         last.weight[0].mul_(k)
         last.bias[0] = k * (last.bias[0] - raw.mean())

@@ -406,8 +406,9 @@ class _TokenTransformer(nn.Module):
         # relative head: delta_i += sum_j gamma(h_i, h_j) w_ij (only with relative logs)
         self.head_edge = (nn.Sequential(nn.Linear(2 * H, H), nn.GELU(), nn.Linear(H, 1))
                           if self._uses_relative_logs else None)
-        # pair head: per pair j -> i a selection logit and an interpolation offset
-        self.head_pair = (nn.Sequential(nn.Linear(2 * H, H), nn.GELU(), nn.Linear(H, 2))
+        # pair head: per pair j -> i a selection logit and an interpolation offset from
+        # [h_i ; h_j ; vee(w_ij)] (w_ij is invariant, as in the value pathway)
+        self.head_pair = (nn.Sequential(nn.Linear(2 * H + self.group.dim, H), nn.GELU(), nn.Linear(H, 2))
                           if head in ("pair", "midpoint") else None)
         #: bound ``b`` of the pair selection logits, ``b tanh(s / b)`` (a plain float, not
         #: state: training may anneal it, see ``pyg-lie train lie-sequence --pair-logit-bound``)
@@ -496,7 +497,7 @@ class _TokenTransformer(nn.Module):
             wp = wp.to(dtype) if vp is None else torch.where(vp[:, None], wp.to(dtype), 0.0)
         else:  # the trunk's logs, without the self loops
             wp, vp = wd[not_loop], (None if valid is None else valid[not_loop])
-        out = self._pair_mlp(self.head_pair, h, pairs)  # (P, 2)
+        out = self._pair_mlp(self.head_pair, h, pairs, wp)  # (P, 2)
         # bounded logits: a saturated softmax would freeze the selection (zero gradient)
         b = self.pair_logit_bound
         logit = b * torch.tanh(out[:, 0] / b)
@@ -509,14 +510,18 @@ class _TokenTransformer(nn.Module):
         prediction = self._pool(pair_g, pair_weight, pb, num_segments=int(batch.max()) + 1 if N else 0)
         return LieAlgebraOutput(p, delta, prediction, weight, h, pair_weight, pair_g, pairs)
 
-    def _pair_mlp(self, mlp: nn.Sequential, h: Tensor, edge_index: Tensor) -> Tensor:
-        """``MLP([h_i ; h_j])`` per edge ``j -> i``; the first linear map is split into
-        node-level parts so the edge work is one gather and an add."""
+    def _pair_mlp(self, mlp: nn.Sequential, h: Tensor, edge_index: Tensor,
+                  edge_attr: Optional[Tensor] = None) -> Tensor:
+        """``MLP([h_i ; h_j (; edge_attr_ij)])`` per edge ``j -> i``; the first linear map is
+        split into node-level parts so the edge work is one gather and an add."""
         lin1, lin2 = mlp[0], mlp[2]
         Hc = self.hidden_channels
         zi = F.linear(h, lin1.weight[:, :Hc], lin1.bias)
-        zj = F.linear(h, lin1.weight[:, Hc:])
-        return lin2(F.gelu(zi[edge_index[1]] + zj[edge_index[0]]))
+        zj = F.linear(h, lin1.weight[:, Hc:2 * Hc])
+        z = zi[edge_index[1]] + zj[edge_index[0]]
+        if edge_attr is not None:
+            z = z + F.linear(edge_attr, lin1.weight[:, 2 * Hc:])
+        return lin2(F.gelu(z))
 
     def _pool(self, p: Tensor, weight: Tensor, batch: Tensor, num_segments: Optional[int] = None) -> Tensor:
         """One-step weighted Frechet mean of proposals ``p (N, m, m)`` per segment of ``batch``."""

@@ -221,3 +221,29 @@ def test_fused_path_matches_message_passing(opt):
     w = torch.randn(ei.size(1), dtype=torch.float64, requires_grad=True)
     assert gradcheck(lambda a, b: sddmm(s, a, b), (A, A.detach().clone().requires_grad_()))
     assert gradgradcheck(lambda w_, a: spmm(s, w_, a), (w, A))
+
+
+@pytest.mark.parametrize("opt", [0, 1])
+def test_uniform_degree_dense_normalisation(opt):
+    """On a graph where every node has the same in-degree the fused path normalises densely;
+    it must equal the scatter path (same CSR with ``degree=0``), values and gradients."""
+    import dataclasses
+
+    from pyg_lie.nn._sparse_ops import CSRStructure
+
+    G, layer, pos, lifted, ei, inv = setup("SE2", OPTIONS[opt])
+    M = lifted.x.size(0)
+    full = torch.cartesian_prod(torch.arange(M), torch.arange(M)).t()  # every pair, both ways
+    full = full[:, torch.randperm(full.size(1), generator=torch.Generator().manual_seed(0))]
+    csr = CSRStructure.build(full, M)
+    assert csr.degree == M
+    assert CSRStructure.build(ei, M).degree == 0  # radius graph: degrees differ
+    res = []
+    for c in (csr, dataclasses.replace(csr, degree=0)):
+        layer.zero_grad()
+        x = lifted.x.detach().clone().requires_grad_()
+        out, (_, w) = layer(x, full, lifted.g, inv, return_attention_weights=True, csr=c)
+        out.pow(2).sum().backward()
+        res.append([out.detach(), w.detach(), x.grad] + [p.grad.clone() for p in layer.parameters()])
+    for a, b in zip(*res):
+        assert torch.allclose(a, b, rtol=1e-12, atol=1e-13)

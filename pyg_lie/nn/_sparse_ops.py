@@ -28,6 +28,9 @@ class CSRStructure:
         perm_t: ``(E,)`` order of the sorted edges by ``(src, dst)``.
         crow_t, col_t: CSR of the transpose (rows = sources, cols = destinations).
         num_nodes: ``N``.
+        degree: the common in-degree ``K`` when every node has ``K >= 1`` incoming
+            edges (complete or kNN graphs), else 0; then the sorted edges of node
+            ``i`` are rows ``i K .. (i + 1) K - 1`` and per-node reductions are dense.
     """
 
     perm: "Tensor | None"
@@ -38,6 +41,7 @@ class CSRStructure:
     crow_t: Tensor
     col_t: Tensor
     num_nodes: int
+    degree: int = 0
 
     @classmethod
     def build(cls, edge_index: Tensor, num_nodes: int) -> "CSRStructure":
@@ -48,11 +52,13 @@ class CSRStructure:
             perm = torch.argsort(key)
             src, dst = src[perm], dst[perm]
         crow = torch.zeros(num_nodes + 1, dtype=torch.long, device=dst.device)
-        crow[1:] = torch.cumsum(torch.bincount(dst, minlength=num_nodes), 0)
+        deg = torch.bincount(dst, minlength=num_nodes)
+        crow[1:] = torch.cumsum(deg, 0)
+        degree = int(deg[0]) if num_nodes and bool((deg == deg[0]).all()) else 0
         perm_t = torch.argsort(src, stable=True)  # stable: (src, dst) order, dst already sorted
         crow_t = torch.zeros(num_nodes + 1, dtype=torch.long, device=dst.device)
         crow_t[1:] = torch.cumsum(torch.bincount(src, minlength=num_nodes), 0)
-        return cls(perm, dst, src, crow, perm_t, crow_t, dst[perm_t], num_nodes)
+        return cls(perm, dst, src, crow, perm_t, crow_t, dst[perm_t], num_nodes, degree)
 
     def _csr(self, values: Tensor, transpose: bool = False) -> Tensor:
         n = self.num_nodes

@@ -42,8 +42,9 @@ from torch_geometric.nn import MessagePassing
 
 from ..groups import LieGroup, get_group
 from ..groups.base import _is_compiling
+from ._edge_mlp import edge_mlp
 from ._sparse_ops import CSRStructure, sddmm, spmm
-from .attention_core import edge_attention
+from .attention_core import dense_edge_attention, edge_attention
 
 __all__ = ["LieSelfAttention", "CONTENT", "LOCATION", "COMBINE", "NORMALIZATION"]
 
@@ -224,7 +225,7 @@ class LieSelfAttention(MessagePassing):
         else:
             kc = self.lcl_q(q.reshape(N, H * D))[dst] + self.lcl_k(k.reshape(N, H * D))[src]
         # ptr=None: the segment-reduce path has no double backward in torch
-        w = self._attention(kc, loc, dst, N, ptr=None)
+        w = self._attention(kc, loc, dst, N, ptr=None, degree=csr.degree)
         alpha = w
         if self.training and self.dropout > 0:
             w = torch.nn.functional.dropout(w, p=self.dropout, training=True)
@@ -238,16 +239,22 @@ class LieSelfAttention(MessagePassing):
         return out
 
     def _attention(self, kc: Tensor, loc: Tensor, index: Tensor, num_nodes: Optional[int],
-                   ptr: Optional[Tensor]) -> Tensor:
-        """Combine content ``kc (E, .)`` and location ``k_l(loc)`` scores, normalise per target."""
-        kl = self.loc_mlp(loc) if self.loc_mlp is not None else loc  # (E, location_dim)
+                   ptr: Optional[Tensor], degree: int = 0) -> Tensor:
+        """Combine content ``kc (E, .)`` and location ``k_l(loc)`` scores, normalise per target.
+
+        ``degree > 0``: edges sorted by target, each with ``degree`` incoming edges, so the
+        normalisation is a dense one over ``(N, degree, H)`` (no scatter)."""
+        kl = edge_mlp(self.loc_mlp, loc) if self.loc_mlp is not None else loc  # (E, location_dim)
         if self.combine == "additive":
             score = kc + kl
         elif self.combine == "multiplicative":
             score = kc * kl
         else:
-            score = self.combine_mlp(torch.cat([kc, kl], dim=-1))
+            score = edge_mlp(self.combine_mlp, torch.cat([kc, kl], dim=-1))
         norm = "softmax" if self.normalization == "softmax" else "mean"
+        if degree > 0:
+            w = dense_edge_attention(score.view(-1, degree, score.shape[-1]), dim=1, normalization=norm)
+            return w.reshape(score.shape)
         return edge_attention(score, index, num_nodes, normalization=norm, ptr=ptr)  # (E, H)
 
     def message(self, cq_i: Tensor, ck_j: Tensor, v_j: Tensor, loc: Tensor, index: Tensor,

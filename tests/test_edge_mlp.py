@@ -1,0 +1,112 @@
+"""The chunked per-edge MLP equals the plain module in value and in first and second derivatives."""
+import pytest
+import torch
+from torch.nn import GELU, Linear, Sequential, SiLU
+from torch.autograd import gradcheck, gradgradcheck
+
+from pyg_lie.nn._edge_mlp import _ChunkedEdgeMLP, edge_mlp
+from pyg_lie.nn.lie_self_attention import _mlp
+
+D = torch.float64
+
+
+def _grads(f, x, mlp):
+    for p in mlp.parameters():
+        p.grad = None
+    x = x.detach().requires_grad_()
+    y = f(x)
+    y.backward(torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y))
+    return [y.detach(), x.grad] + [p.grad.clone() for p in mlp.parameters()]
+
+
+@pytest.mark.parametrize("layers", [1, 2, 3])
+@pytest.mark.parametrize("chunk", [7, 64, 1000])
+def test_matches_module(layers, chunk):
+    torch.manual_seed(0)
+    mlp = _mlp(5, 16, 4, layers).to(D)
+    x = torch.randn(300, 5, dtype=D)
+    ref = _grads(mlp, x, mlp)
+    got = _grads(lambda t: edge_mlp(mlp, t, chunk=chunk), x, mlp)
+    for a, b in zip(ref, got):
+        assert torch.allclose(a, b, rtol=1e-12, atol=1e-13)
+
+
+def test_no_bias_and_constant_input():
+    torch.manual_seed(1)
+    mlp = Sequential(Linear(3, 8, bias=False), SiLU(), Linear(8, 2)).to(D)
+    x = torch.randn(50, 3, dtype=D)  # no grad wanted for x
+    y = edge_mlp(mlp, x, chunk=8)
+    y.sum().backward()
+    assert torch.allclose(y, mlp(x), atol=1e-14)
+    w = mlp[0].weight.grad.clone()
+    mlp.zero_grad()
+    mlp(x).sum().backward()
+    assert torch.allclose(w, mlp[0].weight.grad, atol=1e-12)
+
+
+def test_gradcheck_and_double_backward():
+    torch.manual_seed(2)
+    mlp = _mlp(3, 6, 2, 3).to(D)
+    params = []
+    for m in mlp[::2]:
+        params += [m.weight, m.bias]
+    x = torch.randn(11, 3, dtype=D, requires_grad=True)
+    f = lambda x, *p: _ChunkedEdgeMLP.apply(x, 4, *p)  # noqa: E731
+    assert gradcheck(f, (x, *params))
+    assert gradgradcheck(f, (x, *params))
+
+
+def test_force_like_second_derivative():
+    """d/dW of ||d out / d x||^2 (the pattern of force matching) equals the plain module's."""
+    torch.manual_seed(3)
+    mlp = _mlp(3, 16, 4, 3).to(D)
+    x = torch.randn(40, 3, dtype=D, requires_grad=True)
+    res = []
+    for f in (mlp, lambda t: edge_mlp(mlp, t, chunk=16)):
+        mlp.zero_grad()
+        (gx,) = torch.autograd.grad(f(x).sum(), x, create_graph=True)
+        gx.pow(2).sum().backward()
+        res.append(mlp[2].weight.grad.clone())
+    assert torch.allclose(res[0], res[1], rtol=1e-12, atol=1e-13)
+
+
+def test_fallbacks_run_the_module():
+    mlp = Sequential(Linear(3, 8), GELU(), Linear(8, 2))  # not Linear/SiLU: plain module
+    x = torch.randn(100, 3)
+    assert edge_mlp(mlp, x, chunk=8).grad_fn.name() == mlp(x).grad_fn.name()
+    small = _mlp(3, 8, 2, 3)
+    assert edge_mlp(small, x, chunk=1000).grad_fn.name() == small(x).grad_fn.name()
+    assert "ChunkedEdgeMLP" in edge_mlp(small, x, chunk=8).grad_fn.name()
+
+
+@pytest.mark.parametrize("combine", ["additive", "mlp"])
+def test_lie_self_attention_chunked_equals_unchunked(monkeypatch, combine):
+    """The layer (fused path) with 8-row chunks: same output, gradients w.r.t. positions and
+    parameters, and the same double backward (gradient of a force loss)."""
+    import pyg_lie.nn._edge_mlp as em
+    from pyg_lie.groups import get_group
+    from pyg_lie.nn.lie_self_attention import LieSelfAttention
+    from pyg_lie.nn.lift import Lift
+    from pyg_lie.nn.lifted_edges import lifted_edges
+
+    G = get_group("SE2")
+    torch.manual_seed(4)
+    content = "dot_product" if combine == "additive" else "linear_concat_linear"
+    layer = LieSelfAttention(6, 6, G, heads=2, kernel_dim=8, combine=combine, content=content).to(D)
+    pos0 = torch.randn(12, 2, dtype=D)
+    x = torch.randn(12, 6, dtype=D)
+    h = G.stabilizer_random(12, 3, generator=torch.Generator().manual_seed(0), dtype=D)
+    ei = lifted_edges(pos0, None, 3, radius=1.5)
+    assert ei.size(1) > 8
+    res = []
+    for chunk in (8, 10**9):
+        monkeypatch.setattr(em, "EDGE_CHUNK", chunk)
+        layer.zero_grad()
+        pos = pos0.clone().requires_grad_()
+        lifted = Lift(G, 3).eval()(x, pos, stabilizer=h)
+        out = layer(lifted.x, ei, lifted.g)
+        (force,) = torch.autograd.grad(out.pow(2).sum(), pos, create_graph=True)
+        force.pow(2).sum().backward()
+        res.append([out.detach(), force.detach()] + [p.grad.clone() for p in layer.parameters()])
+    for a, b in zip(*res):
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)

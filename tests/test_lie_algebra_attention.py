@@ -111,13 +111,16 @@ def test_pair_head_batching_and_short_sequences():
     with torch.no_grad():  # rescale the raw selection logits to mean 0, std 10
         out = model(g6)
         j, i = out.pair_index  # pair j -> i
+        loop = i == j
         w_ij = G.log(G.between(g6[i], g6[j]))
-        raw = model._pair_mlp(model.head_pair, out.h, out.pair_index, w_ij)[:, 0]
+        raw = model._pair_mlp(model.head_pair, out.h, out.pair_index, w_ij)[~loop, 0]
         k, last = 10.0 / float(raw.std()), model.head_pair[-1]
         last.weight[0].mul_(k)
         last.bias[0] = k * (last.bias[0] - raw.mean())
     model.pair_logit_bound = 1.0
     w = model(g6).pair_weight
+    assert bool((w[loop] == 0).all())  # self loops never propose
+    w = w[~loop]
     assert float(w.max() / w.min()) <= math.exp(2.0) * (1 + 1e-9)
     assert float(w.max() / w.min()) > 2.0  # the bound is what limits it
     with pytest.raises(ValueError, match="at least 2 tokens"):
@@ -250,6 +253,19 @@ def test_layer_compiles_without_graph_breaks():
     torch._dynamo.reset()
     compiled = torch.compile(layer, backend="eager", fullgraph=True)  # raises on a graph break
     assert torch.allclose(compiled(h, ei, g), layer(h, ei, g), atol=1e-6)
+
+
+@pytest.mark.parametrize("head", ["midpoint", "token"])
+def test_model_compiles_without_graph_breaks(head):
+    """With edge_index, batch and num_graphs given, the whole model is one graph."""
+    ds = LieSequenceCompletion("SO3", 3, seed=0).batch_all()
+    model = LieAlgebraTransformer("SO3", hidden_channels=8, num_layers=2, heads=2, head=head).eval()
+    ei = complete_graph(ds.batch)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="eager", fullgraph=True)  # raises on a graph break
+    ref = model(ds.g, ei, ds.batch)
+    got = compiled(ds.g, ei, ds.batch, num_graphs=3)
+    assert torch.allclose(got.prediction, ref.prediction, atol=1e-6)
 
 
 # -------------------------------------------------------------------- gradients

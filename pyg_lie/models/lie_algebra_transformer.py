@@ -79,7 +79,7 @@ __all__ = ["LieAlgebraTransformer", "VectorTokenTransformer", "VectorTokenAttent
 def _check_batch(batch: Tensor, N: int) -> Tensor:
     if batch.shape != (N,):
         raise ValueError(f"batch must have shape (N,) = ({N},), got {tuple(batch.shape)}")
-    if N > 1 and bool((batch[1:] < batch[:-1]).any()):
+    if N > 1 and not _is_compiling() and bool((batch[1:] < batch[:-1]).any()):
         raise ValueError("batch must be sorted (PyG convention: nodes of a graph are contiguous); "
                          "sort the nodes by batch first")
     return batch.long()
@@ -356,9 +356,11 @@ class LieAlgebraOutput(NamedTuple):
         weight: ``(N,)`` pooling weights ``a_i`` (sum to 1 per sequence).
         h: ``(N, hidden)`` final hidden states.
         pair_weight: ``(E,)`` selection weights of the pair head over ``pair_index``
-            (pair heads only: ``"pair"``, ``"midpoint"``; sum to 1 per sequence).
+            (pair heads only: ``"pair"``, ``"midpoint"``; sum to 1 per sequence; 0 on
+            self loops and on pairs outside the chart).
         pair_g: ``(E, m, m)`` pair proposals ``g_i exp(c_ij w_ij)`` (pair heads only).
-        pair_index: ``(2, E)`` pairs ``j -> i`` of the pair head (pair heads only).
+        pair_index: ``(2, E)`` pairs ``j -> i`` of the pair head: the model's edges
+            (pair heads only).
     """
     g: Tensor
     delta: Tensor
@@ -442,13 +444,15 @@ class _TokenTransformer(nn.Module):
         raise NotImplementedError
 
     def forward(self, g: Tensor, edge_index: Optional[Tensor] = None, batch: Optional[Tensor] = None,
-                x: Optional[Tensor] = None) -> LieAlgebraOutput:
+                x: Optional[Tensor] = None, num_graphs: Optional[int] = None) -> LieAlgebraOutput:
         r"""Args:
             g: ``(N, m, m)`` tokens.
             edge_index: ``(2, E)``; default: complete graph within each sequence
                 (or the log-norm kNN graph when the model was built with ``k``).
             batch: ``(N,)`` sorted sequence index (default: one sequence).
             x: optional invariant node features ``(N, in_channels)``.
+            num_graphs: number of sequences ``B`` (default ``batch.max() + 1``); pass it,
+                ``edge_index`` and ``batch`` to compile the model without graph breaks.
         """
         self.group._check_mat(g, "g")
         if g.dim() != 3:
@@ -457,6 +461,7 @@ class _TokenTransformer(nn.Module):
         if batch is None:
             batch = torch.zeros(N, dtype=torch.long, device=g.device)
         batch = _check_batch(batch, N)
+        B = num_graphs if num_graphs is not None else (int(batch.max()) + 1 if N else 0)
         if edge_index is None:
             edge_index = (complete_graph(batch) if self.k is None
                           else log_knn_graph(self.group, g, self.k, batch, chart=self.chart))
@@ -483,31 +488,34 @@ class _TokenTransformer(nn.Module):
             delta = delta + scatter(gamma * wd, edge_index[1], dim=0, dim_size=N, reduce="sum")
         gd = g.to(dtype)
         p = self.group.compose(gd, self.group.exp(delta))
-        weight = softmax(self.head_weight(h).squeeze(-1), batch, dim=0)
+        weight = softmax(self.head_weight(h).squeeze(-1), batch, num_nodes=B, dim=0)
         if self.head_pair is None:
-            return LieAlgebraOutput(p, delta, self._pool(p, weight, batch), weight, h)
+            return LieAlgebraOutput(p, delta, self._pool(p, weight, batch, B), weight, h)
         if not _is_compiling() and N and bool((torch.bincount(batch) < 2).any()):
             raise ValueError(f"head={self.head!r} needs at least 2 tokens in every sequence (a pair "
                              f"to interpolate); use head='token' for shorter sequences")
-        # pair head: pair j -> i proposes g_i exp(c_ij w_ij) (c = 1/2: the geodesic midpoint)
-        not_loop = edge_index[0] != edge_index[1]
-        pairs = edge_index[:, not_loop]
+        # pair head: pair j -> i proposes g_i exp(c_ij w_ij) (c = 1/2: the geodesic midpoint).
+        # Pairs are the model's edges; self loops (and out-of-chart pairs) get weight 0, which
+        # keeps shapes static (no boolean indexing) for torch.compile.
+        pairs = edge_index
         if wd is None:  # vector tokens (A) have no relative logs of their own
             wp, vp = relative_log(self.group, g, pairs, self.chart)
             wp = wp.to(dtype) if vp is None else torch.where(vp[:, None], wp.to(dtype), 0.0)
-        else:  # the trunk's logs, without the self loops
-            wp, vp = wd[not_loop], (None if valid is None else valid[not_loop])
-        out = self._pair_mlp(self.head_pair, h, pairs, wp)  # (P, 2)
+        else:  # the trunk's logs
+            wp, vp = wd, valid
+        proposes = pairs[0] != pairs[1]
+        if vp is not None:  # out-of-chart pairs cannot propose
+            proposes = proposes & vp
+        out = self._pair_mlp(self.head_pair, h, pairs, wp)  # (E, 2)
         # bounded logits: a saturated softmax would freeze the selection (zero gradient)
         b = self.pair_logit_bound
         logit = b * torch.tanh(out[:, 0] / b)
         c = 0.5 + out[:, 1:] if self.head == "pair" else torch.full_like(out[:, 1:], 0.5)
-        if vp is not None:  # out-of-chart pairs cannot propose
-            logit = torch.where(vp, logit, torch.full_like(logit, -1e30))
+        logit = torch.where(proposes, logit, torch.full_like(logit, -1e30))
         pb = batch[pairs[1]]
-        pair_weight = softmax(logit, pb, dim=0)
+        pair_weight = softmax(logit, pb, num_nodes=B, dim=0)
         pair_g = self.group.compose(gd[pairs[1]], self.group.exp(c * wp))
-        prediction = self._pool(pair_g, pair_weight, pb, num_segments=int(batch.max()) + 1 if N else 0)
+        prediction = self._pool(pair_g, pair_weight, pb, num_segments=B)
         return LieAlgebraOutput(p, delta, prediction, weight, h, pair_weight, pair_g, pairs)
 
     def _pair_mlp(self, mlp: nn.Sequential, h: Tensor, edge_index: Tensor,

@@ -219,17 +219,23 @@ class LieSelfAttention(MessagePassing):
         if self.invariant_dim > 0:
             loc = torch.cat([loc, invariants[dst], invariants[src]], dim=-1)
         loc = loc.to(x.dtype)
+        # heads-first (H, E) layout: every head's scores and weights are contiguous rows,
+        # which the per-head sparse kernels and the dense softmax read without copies
         if self.content == "dot_product":
             qs, ks = q.unbind(1), k.unbind(1)  # unbind: one stacked gradient, not H full-size ones
-            kc = torch.stack([sddmm(csr, qs[h], ks[h]) for h in range(H)], -1) / math.sqrt(D)
+            kc = torch.stack([sddmm(csr, qs[h], ks[h]) for h in range(H)], 0) / math.sqrt(D)
         else:
-            kc = self.lcl_q(q.reshape(N, H * D))[dst] + self.lcl_k(k.reshape(N, H * D))[src]
-        # ptr=None: the segment-reduce path has no double backward in torch
-        w = self._attention(kc, loc, dst, N, ptr=None, degree=csr.degree)
-        alpha = w
+            kc = (self.lcl_q(q.reshape(N, H * D))[dst] + self.lcl_k(k.reshape(N, H * D))[src]).t()
+        if self.combine == "mlp":  # (E, H) layout inside; ptr=None: segment reduce lacks double backward
+            w = self._attention(kc.t(), loc, dst, N, ptr=None, degree=csr.degree).t().contiguous()
+        else:
+            kl = edge_mlp(self.loc_mlp, loc) if self.loc_mlp is not None else loc
+            score = (kc + kl.t() if self.combine == "additive" else kc * kl.t()).contiguous()
+            w = self._normalise(score.t(), dst, N, csr.degree).t().contiguous()  # (H, E)
+        alpha = w.t()
         if self.training and self.dropout > 0:
             w = torch.nn.functional.dropout(w, p=self.dropout, training=True)
-        ws, vs = w.t().unbind(0), v.unbind(1)
+        ws, vs = w.unbind(0), v.unbind(1)
         out = torch.cat([spmm(csr, ws[h], vs[h]) for h in range(H)], -1)
         out = self.lin_out(out)
         if return_attention_weights:
@@ -251,11 +257,16 @@ class LieSelfAttention(MessagePassing):
             score = kc * kl
         else:
             score = edge_mlp(self.combine_mlp, torch.cat([kc, kl], dim=-1))
+        return self._normalise(score, index, num_nodes, degree, ptr)  # (E, H)
+
+    def _normalise(self, score: Tensor, index: Tensor, num_nodes: Optional[int], degree: int = 0,
+                   ptr: Optional[Tensor] = None) -> Tensor:
+        """Softmax or constant normalisation of ``score (E, H)`` over each target's edges."""
         norm = "softmax" if self.normalization == "softmax" else "mean"
-        if degree > 0:
-            w = dense_edge_attention(score.view(-1, degree, score.shape[-1]), dim=1, normalization=norm)
-            return w.reshape(score.shape)
-        return edge_attention(score, index, num_nodes, normalization=norm, ptr=ptr)  # (E, H)
+        if degree > 0:  # (E, H) -> (H, N, degree): a dense normalisation over the last axis
+            st = score.t().reshape(score.shape[1], -1, degree)
+            return dense_edge_attention(st, dim=-1, normalization=norm).reshape(score.shape[1], -1).t()
+        return edge_attention(score, index, num_nodes, normalization=norm, ptr=ptr)
 
     def message(self, cq_i: Tensor, ck_j: Tensor, v_j: Tensor, loc: Tensor, index: Tensor,
                 ptr: Optional[Tensor], size_i: Optional[int]) -> Tensor:

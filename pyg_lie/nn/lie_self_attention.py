@@ -226,12 +226,9 @@ class LieSelfAttention(MessagePassing):
             kc = torch.stack([sddmm(csr, qs[h], ks[h]) for h in range(H)], 0) / math.sqrt(D)
         else:
             kc = (self.lcl_q(q.reshape(N, H * D))[dst] + self.lcl_k(k.reshape(N, H * D))[src]).t()
-        if self.combine == "mlp":  # (E, H) layout inside; ptr=None: segment reduce lacks double backward
-            w = self._attention(kc.t(), loc, dst, N, ptr=None, degree=csr.degree).t().contiguous()
-        else:
-            kl = edge_mlp(self.loc_mlp, loc) if self.loc_mlp is not None else loc
-            score = (kc + kl.t() if self.combine == "additive" else kc * kl.t()).contiguous()
-            w = self._normalise(score.t(), dst, N, csr.degree).t().contiguous()  # (H, E)
+        # kc.t() leads the elementwise combination, so the scores keep its (H, E) memory
+        # order; ptr=None: the segment-reduce path has no double backward in torch
+        w = self._attention(kc.t(), loc, dst, N, ptr=None, degree=csr.degree).t().contiguous()  # (H, E)
         alpha = w.t()
         if self.training and self.dropout > 0:
             w = torch.nn.functional.dropout(w, p=self.dropout, training=True)
@@ -249,7 +246,8 @@ class LieSelfAttention(MessagePassing):
         """Combine content ``kc (E, .)`` and location ``k_l(loc)`` scores, normalise per target.
 
         ``degree > 0``: edges sorted by target, each with ``degree`` incoming edges, so the
-        normalisation is a dense one over ``(N, degree, H)`` (no scatter)."""
+        normalisation is a dense one over ``(H, N, degree)`` (no scatter; a view when ``kc``
+        is stored heads-first, a copy otherwise)."""
         kl = edge_mlp(self.loc_mlp, loc) if self.loc_mlp is not None else loc  # (E, location_dim)
         if self.combine == "additive":
             score = kc + kl

@@ -293,8 +293,8 @@ def main(args) -> int:
                     jobs.append(dict(impl=impl, group="SE2", K=K, N=n, dim=args.dim, heads=args.heads,
                                      degree=args.degree, threads=args.threads, repeats=args.repeats))
     if not args.skip_official:
-        jobs += _official_configs(args.threads, args.repeats)
-        jobs += [dict(c, impl="pointwise") for c in _official_configs(args.threads, args.repeats)]
+        official = _official_configs(args.threads, args.repeats)
+        jobs += official + [dict(c, impl="pointwise") for c in official]
     groups: Dict[str, List[Dict]] = {}
     for cfg in jobs:  # one subprocess per implementation, configurations in increasing size
         groups.setdefault(cfg["impl"], []).append(cfg)

@@ -141,8 +141,8 @@ def run_one(group: str, score: str, seed: int, args, progress: bool = True) -> d
     bar = tqdm(range(args.steps), desc=f"{group} {MODEL_LETTER[score]} seed {seed}", disable=not progress,
                leave=False)
     b0, b1 = getattr(args, "pair_logit_bound", (2.0, 8.0))
+    ramp = max(1e-9, getattr(args, "pair_logit_ramp", 0.5)) * max(1, args.steps)
     for step in bar:
-        ramp = max(1e-9, getattr(args, "pair_logit_ramp", 0.5)) * max(1, args.steps)
         model.pair_logit_bound = b0 + (b1 - b0) * min(1.0, step / ramp)
         idx = torch.randperm(S, generator=gen)[:args.batch_size]
         g, batch, target = _subset(train, idx)

@@ -35,10 +35,10 @@ the one-step weighted Frechet mean around it,
 .. math:: \hat g = p_r \exp\Big(\sum_i a_i \log(p_r^{-1} p_i)\Big).
 
 With ``head="pair"`` every pair ``j -> i`` (``i != j``) proposes a point on their
-geodesic, ``q_ij = g_i exp(c_ij w_ij)`` with ``c_ij = 1/2 + MLP([h_i ; h_j])``, and the
-same pooling runs over pairs with weights ``beta_ij = softmax_seq(8 tanh(s_ij / 8))``
-(bounded logits keep the selection trainable); ``head="midpoint"`` fixes
-``c_ij = 1/2``. For sequences ``g_0 exp(k xi)`` the midpoint of any pair symmetric
+geodesic, ``q_ij = g_i exp(c_ij w_ij)`` with ``c_ij = 1/2 + MLP([h_i ; h_j ; vee(w_ij)])``,
+and the same pooling runs over pairs with weights ``beta_ij = softmax_seq(b tanh(s_ij / b))``
+(``s_ij`` from the same MLP; bounded logits, ``b = pair_logit_bound``, keep the selection
+trainable); ``head="midpoint"`` fixes ``c_ij = 1/2``. For sequences ``g_0 exp(k xi)`` the midpoint of any pair symmetric
 about the gap *is* the missing element, so the network only chooses pairs.
 
 Under ``g_k -> b g_k`` all ``h``, ``delta``, ``a`` and ``p_r^{-1} p_i`` are
@@ -64,8 +64,7 @@ from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.utils import scatter, softmax
 
 from ..groups import LieGroup, get_group
-from ..groups.base import _is_compiling
-from ..groups.base import LogNormEmbedding
+from ..groups.base import LogNormEmbedding, _is_compiling
 from ..nn.attention_core import edge_attention
 from ..neighbors import _scipy_available, radius_graph
 from ..nn.lie_algebra_attention import LieAlgebraAttention, chart_safe_log, relative_log
@@ -531,10 +530,10 @@ class _TokenTransformer(nn.Module):
             z = z + F.linear(edge_attr, lin1.weight[:, 2 * Hc:])
         return lin2(F.gelu(z))
 
-    def _pool(self, p: Tensor, weight: Tensor, batch: Tensor, num_segments: Optional[int] = None) -> Tensor:
-        """One-step weighted Frechet mean of proposals ``p (N, m, m)`` per segment of ``batch``."""
-        N = p.shape[0]
-        B = num_segments if num_segments is not None else (int(batch.max()) + 1 if N else 0)
+    def _pool(self, p: Tensor, weight: Tensor, batch: Tensor, num_segments: int) -> Tensor:
+        """One-step weighted Frechet mean of proposals ``p (N, m, m)`` per segment of ``batch``
+        (``num_segments`` segments)."""
+        N, B = p.shape[0], num_segments
         wmax = scatter(weight, batch, dim=0, dim_size=B, reduce="max")
         idx = torch.arange(N, device=p.device)
         cand = torch.where(weight == wmax[batch], idx, torch.full_like(idx, N))

@@ -46,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=int, default=10, help="LieTransformer blocks (paper: 10)")
     p.add_argument("--heads", type=int, default=8, help="attention heads (paper: 8)")
     p.add_argument("--kernel-dim", type=int, default=12, help="location-MLP width (paper: 12)")
+    p.add_argument("--mlp-ratio", type=float, default=1.0,
+                   help="hidden width of each block's pointwise MLP / d_v (the official code: 1, "
+                        "which gives the paper's ~1.05M parameters at d_v=128, 10 layers)")
     p.add_argument("--radius", type=float, default=None, help="base neighbourhood radius (default: all pairs)")
     p.add_argument("--content", default="dot_product", choices=["dot_product", "linear_concat_linear"])
     p.add_argument("--combine", default="additive", choices=["additive", "mlp", "multiplicative"])
@@ -56,6 +59,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--betas", type=float, nargs=2, default=(0.5, 0.9), help="Adam betas (paper: 0.5 0.9)")
+    p.add_argument("--schedule", choices=["constant", "cosine"], default="constant",
+                   help="learning rate after warm-up: constant (paper) or cosine decay to 0 at --epochs; "
+                        "with --time-limit the cosine is fitted to the epochs that fit in the limit")
+    p.add_argument("--warmup-epochs", type=int, default=0, help="linear learning-rate warm-up (epochs)")
+    p.add_argument("--grad-clip", type=float, default=None, help="clip the gradient norm to this value")
     p.add_argument("--augment", choices=["none", "T2", "SE2"], default="none",
                    help="random augmentation of every training batch (D_train^T2 / D_train^SE2)")
     p.add_argument("--eval-every", type=int, default=1, help="evaluate every this many epochs")
@@ -78,7 +86,19 @@ def build_model(args) -> torch.nn.Module:
     return LieTransformer(args.group, 1, args.hidden, 12, num_layers=args.layers, heads=args.heads,
                           lift_samples=args.lift_samples, radius=args.radius, lift=args.lift,
                           kernel_dim=args.kernel_dim, content=args.content, combine=args.combine,
-                          normalization=args.normalization, seed=args.seed)
+                          normalization=args.normalization, mlp_ratio=args.mlp_ratio, seed=args.seed)
+
+
+def lr_factor(epoch: int, args) -> float:
+    """Learning-rate multiplier after ``epoch`` scheduler steps: linear warm-up over
+    ``args.warmup_epochs``, then constant or a cosine that reaches 0 at ``args.epochs``."""
+    w = args.warmup_epochs
+    if epoch < w:
+        return (epoch + 1) / (w + 1)
+    if args.schedule == "constant":
+        return 1.0
+    t = min(1.0, (epoch - w) / max(1, args.epochs - w))
+    return 0.5 * (1.0 + math.cos(math.pi * t))
 
 
 def _augment(pos: Tensor, batch: Tensor, num_graphs: int, group: str, gen: Optional[torch.Generator] = None,
@@ -222,6 +242,7 @@ def main(args) -> int:
     print(f"{model!r}\n{nparams} parameters; train {len(data['train'])}, test {len(data['test'])} "
           f"(data {time.time() - t0:.1f} s)")
     opt = torch.optim.Adam(model.parameters(), lr=args.lr, betas=tuple(args.betas))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: lr_factor(epoch, args))
     aug_gen = torch.Generator().manual_seed(args.seed + 17)
 
     def loss_fn(m, batch):
@@ -244,20 +265,25 @@ def main(args) -> int:
     stop_after = None
     if args.time_limit is not None:
         t1 = time.time()
-        probe = fit(model, opt, None, data["train"], env, loss_fn, evaluate, epochs=args.epochs,
+        probe = fit(model, opt, sched, data["train"], env, loss_fn, evaluate, epochs=args.epochs,
                     batch_size=args.batch_size, seed=args.seed, out_dir=args.out, resume=args.resume,
                     loader_cls=DataLoader, progress=not args.no_progress, eval_every=args.eval_every,
-                    extra={"args": vars(args)}, desc=f"constellation-{args.group}", stop_after=1)
+                    grad_clip=args.grad_clip, extra={"args": vars(args)}, desc=f"constellation-{args.group}",
+                    stop_after=1)
         per_epoch = time.time() - t1
         remaining = args.time_limit * 60 - (time.time() - t0)
         stop_after = max(0, int(remaining / max(per_epoch, 1e-3)) - 1)
+        if args.schedule == "cosine" and args.resume is None:
+            args.epochs = min(args.epochs, len(probe) + stop_after)
+            print(f"cosine schedule over {args.epochs} epochs (what fits in {args.time_limit} min)")
         args.resume = os.path.join(args.out, "checkpoint.pt")
         rows = probe
     if stop_after is None or stop_after > 0:
-        rows = fit(model, opt, None, data["train"], env, loss_fn, evaluate, epochs=args.epochs,
+        rows = fit(model, opt, sched, data["train"], env, loss_fn, evaluate, epochs=args.epochs,
                    batch_size=args.batch_size, seed=args.seed, out_dir=args.out, resume=args.resume,
                    loader_cls=DataLoader, progress=not args.no_progress, eval_every=args.eval_every,
-                   extra={"args": vars(args)}, desc=f"constellation-{args.group}", stop_after=stop_after)
+                   grad_clip=args.grad_clip, extra={"args": vars(args)}, desc=f"constellation-{args.group}",
+                   stop_after=stop_after)
     from ..training.logging import read_metrics
     rows = read_metrics(os.path.join(args.out, "metrics.csv"))
     title = f"LieTransformer-{args.group} ({args.lift}, K={args.lift_samples}), {args.num_train} train"

@@ -14,7 +14,9 @@ one warm-up) and peak memory of
 
 against ``N`` (points per cloud) and the number of lift samples ``K``, and the
 full model (lift + edges + blocks + pooling) on the configurations whose
-official-implementation timings are listed in ``FIELD_NOTES.md`` section 2.
+official-implementation timings are listed in ``FIELD_NOTES.md`` section 2, built
+with the official blocks' widths (``OFFICIAL_ARCH``: location MLP 16-16, pointwise
+MLP ``d -> d -> d``) so that both sides do the same per-node work.
 
 Every configuration is run twice, in separate subprocesses: once for time with
 the default allocator (what users get), once for memory. Peak memory: each
@@ -46,6 +48,10 @@ import torch
 from torch import Tensor
 
 __all__ = ["add_arguments", "main", "dense_lie_self_attention", "run_config"]
+
+#: the official blocks: location MLP 16-16 (3 linears), pointwise MLP dim -> dim -> dim
+#: (``EquivariantTransformerBlock(hidden_dim_factor=1)``), dot-product content, softmax
+OFFICIAL_ARCH = dict(kernel_dim=16, kernel_layers=3, mlp_ratio=1.0)
 
 #: official implementation on this CPU (FIELD_NOTES section 2): seconds, GB
 OFFICIAL = {
@@ -116,7 +122,7 @@ def run_config(cfg: Dict) -> Dict:
     if cfg["impl"] == "model":
         from ..models.lie_transformer import LieTransformer
         model = LieTransformer(G, 1, d, 1, num_layers=cfg["layers"], heads=H, lift_samples=K, radius=radius,
-                               kernel_dim=16, kernel_layers=3)
+                               **OFFICIAL_ARCH)
 
         def step():
             model(x, pos, batch, num_graphs=B).sum().backward()
@@ -127,7 +133,7 @@ def run_config(cfg: Dict) -> Dict:
         # MLPs): a floor for any implementation of the architecture, dense or sparse
         from ..models.lie_transformer import LieTransformer
         model = LieTransformer(G, 1, d, 1, num_layers=cfg["layers"], heads=H, lift_samples=K, radius=radius,
-                               kernel_dim=16, kernel_layers=3)
+                               **OFFICIAL_ARCH)
         lifted = model.lift(x, pos, batch)
         ei = lifted_edges(pos, batch, K, radius)
         h0 = torch.randn(lifted.g.size(0), d, generator=gen, requires_grad=True)

@@ -49,8 +49,9 @@ from torch import Tensor
 
 __all__ = ["add_arguments", "main", "dense_lie_self_attention", "run_config"]
 
-#: the official blocks: location MLP 16-16 (3 linears), pointwise MLP dim -> dim -> dim
-#: (``EquivariantTransformerBlock(hidden_dim_factor=1)``), dot-product content, softmax
+#: the official blocks' widths: location MLP 16-16 (3 linears) and the pointwise
+#: ``MLP(dim, dim, dim)`` of ``EquivariantTransformerBlock`` (dot-product content and
+#: softmax are the model's defaults)
 OFFICIAL_ARCH = dict(kernel_dim=16, kernel_layers=3, mlp_ratio=1.0)
 
 #: official implementation on this CPU (FIELD_NOTES section 2): seconds, GB

@@ -261,15 +261,18 @@ def main(args) -> int:
                 row["test_loss"] = r["loss"]
         return row
 
+    def train(stop_after: Optional[int]) -> List[Dict[str, float]]:
+        return fit(model, opt, sched, data["train"], env, loss_fn, evaluate, epochs=args.epochs,
+                   batch_size=args.batch_size, seed=args.seed, out_dir=args.out, resume=args.resume,
+                   loader_cls=DataLoader, progress=not args.no_progress, eval_every=args.eval_every,
+                   grad_clip=args.grad_clip, extra={"args": vars(args)}, desc=f"constellation-{args.group}",
+                   stop_after=stop_after)
+
     # time box: estimate epochs that fit, via fit's stop_after
     stop_after = None
     if args.time_limit is not None:
         t1 = time.time()
-        probe = fit(model, opt, sched, data["train"], env, loss_fn, evaluate, epochs=args.epochs,
-                    batch_size=args.batch_size, seed=args.seed, out_dir=args.out, resume=args.resume,
-                    loader_cls=DataLoader, progress=not args.no_progress, eval_every=args.eval_every,
-                    grad_clip=args.grad_clip, extra={"args": vars(args)}, desc=f"constellation-{args.group}",
-                    stop_after=1)
+        probe = train(1)
         per_epoch = time.time() - t1
         remaining = args.time_limit * 60 - (time.time() - t0)
         stop_after = max(0, int(remaining / max(per_epoch, 1e-3)) - 1)
@@ -277,13 +280,8 @@ def main(args) -> int:
             args.epochs = min(args.epochs, len(probe) + stop_after)
             print(f"cosine schedule over {args.epochs} epochs (what fits in {args.time_limit} min)")
         args.resume = os.path.join(args.out, "checkpoint.pt")
-        rows = probe
     if stop_after is None or stop_after > 0:
-        rows = fit(model, opt, sched, data["train"], env, loss_fn, evaluate, epochs=args.epochs,
-                   batch_size=args.batch_size, seed=args.seed, out_dir=args.out, resume=args.resume,
-                   loader_cls=DataLoader, progress=not args.no_progress, eval_every=args.eval_every,
-                   grad_clip=args.grad_clip, extra={"args": vars(args)}, desc=f"constellation-{args.group}",
-                   stop_after=stop_after)
+        train(stop_after)
     from ..training.logging import read_metrics
     rows = read_metrics(os.path.join(args.out, "metrics.csv"))
     title = f"LieTransformer-{args.group} ({args.lift}, K={args.lift_samples}), {args.num_train} train"

@@ -28,9 +28,10 @@ def test_lr_factor_warmup_then_cosine():
     assert [exp.lr_factor(e, const) for e in (0, 1, 2, 19)] == pytest.approx([1 / 3, 2 / 3, 1, 1])
 
 
-def test_tiny_run_cosine_resume(tmp_path):
+@pytest.mark.parametrize("features", ["constant", "pairwise_distances"])
+def test_tiny_run_cosine_resume(tmp_path, features):
     out = str(tmp_path / "run")
-    base = ["--group", "SE2", "--num-train", "48", "--num-test", "16", "--hidden", "16", "--layers", "1",
+    base = ["--group", "SE2", "--features", features, "--num-train", "48", "--num-test", "16", "--hidden", "16", "--layers", "1",
             "--heads", "2", "--kernel-dim", "4", "--batch-size", "16", "--lr", "1e-3", "--schedule", "cosine",
             "--warmup-epochs", "1", "--grad-clip", "1.0", "--invariance-lifts", "1", "2",
             "--invariance-clouds", "8", "--no-progress", "--out", out]
@@ -49,3 +50,53 @@ def test_tiny_run_cosine_resume(tmp_path):
     assert 0.0 <= res["test"]["acc"] <= 1.0 and math.isfinite(res["inv_SE2"])
     assert os.path.isfile(os.path.join(out, "learning_curves.png"))
     assert os.path.isfile(os.path.join(out, "invariance_vs_lifts.png"))
+
+
+def test_pairwise_distance_features_match_cdist_and_are_invariant():
+    import torch
+    gen = torch.Generator().manual_seed(0)
+    sizes = [3, 7, 1, 5]
+    pos = torch.randn(sum(sizes), 2, generator=gen, dtype=torch.float64)
+    batch = torch.repeat_interleave(torch.arange(4), torch.tensor(sizes))
+    f = exp.pairwise_distance_features(pos, batch, width=8)
+    assert f.shape == (sum(sizes), 8)
+    start = 0
+    for n in sizes:  # each row: the n - 1 distances to the other points, descending, then zeros
+        p = pos[start:start + n]
+        for i in range(n):
+            d = torch.cat([torch.cdist(p[i:i + 1], p)[0, :i], torch.cdist(p[i:i + 1], p)[0, i + 1:]])
+            want = torch.cat([d.sort(descending=True).values, d.new_zeros(8 - (n - 1))])
+            torch.testing.assert_close(f[start + i], want)
+        start += n
+    # E(2) and permutation invariance: rotate + reflect + translate each cloud, shuffle within clouds
+    th = torch.rand(4, generator=gen, dtype=torch.float64) * 2 * math.pi
+    R = torch.stack([torch.stack([th.cos(), -th.sin()], -1), torch.stack([th.sin(), th.cos()], -1)], -2)
+    R[0] = R[0] @ torch.diag(torch.tensor([1.0, -1.0], dtype=torch.float64))
+    t = torch.randn(4, 2, generator=gen, dtype=torch.float64)
+    pos2 = (R[batch] @ pos.unsqueeze(-1)).squeeze(-1) + t[batch]
+    perm = torch.cat([torch.randperm(n, generator=gen) + s for n, s in
+                      zip(sizes, torch.tensor([0] + sizes[:-1]).cumsum(0).tolist())])
+    torch.testing.assert_close(exp.pairwise_distance_features(pos2[perm], batch, width=8), f[perm])
+    with pytest.raises(ValueError, match="width"):
+        exp.pairwise_distance_features(pos, batch, width=5)
+
+
+def test_distance_feature_model_is_se2_invariant_in_float64():
+    import torch
+    from pyg_lie.datasets.constellation import Constellation
+    a = _args(["--group", "SE2", "--lift", "finite", "--lift-samples", "4", "--features", "pairwise_distances",
+               "--hidden", "16", "--layers", "2", "--heads", "2", "--kernel-dim", "4"])
+    model = exp.build_model(a).double().eval()
+    assert isinstance(model, exp.DistanceFeatureModel) and model.net.in_channels == exp.MAX_POINTS - 1
+    data = Constellation(3, seed=5)
+    from torch_geometric.loader import DataLoader
+    d = next(iter(DataLoader(data, batch_size=3)))
+    pos = d.pos.double()
+    # a C_4 rotation and a translation per cloud: exact for the C_4 lift
+    R = torch.tensor([[0.0, -1.0], [1.0, 0.0]], dtype=torch.float64)
+    t = torch.randn(3, 2, dtype=torch.float64)
+    pos2 = pos @ R.T + t[d.batch]
+    y = model(d.x.double(), pos, d.batch, num_graphs=3)
+    y2 = model(d.x.double(), pos2, d.batch, num_graphs=3)
+    assert y.shape == (3, 12) and torch.isfinite(y).all()
+    torch.testing.assert_close(y2, y, atol=1e-10, rtol=1e-10)

@@ -50,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="hidden width of each block's pointwise MLP / d_v (the official code: 1, "
                         "which gives the paper's ~1.05M parameters at d_v=128, 10 layers)")
     p.add_argument("--radius", type=float, default=None, help="base neighbourhood radius (default: all pairs)")
+    p.add_argument("--features", choices=["constant", "pairwise_distances"], default="constant",
+                   help="point features: constant f_i = 1 (the paper's text) or each point's distances to "
+                        "the other points of its cloud, sorted (the official code's default content_type)")
     p.add_argument("--content", default="dot_product", choices=["dot_product", "linear_concat_linear"])
     p.add_argument("--combine", default="additive", choices=["additive", "mlp", "multiplicative"])
     p.add_argument("--normalization", default="constant", choices=["softmax", "constant"],
@@ -81,12 +84,52 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="disable tqdm bars")
 
 
+MAX_POINTS = 32  # 2 instances x (3 + 4 + 5 + 4) corners at the default max_instances
+
+
+def pairwise_distance_features(pos: Tensor, batch: Tensor, width: int = MAX_POINTS - 1) -> Tensor:
+    """``(N, width)``: every point's distances to the other points of its cloud, sorted in
+    descending order and zero-padded (invariant under E(2) and point permutations).
+
+    Raises ``ValueError`` when a cloud has more than ``width + 1`` points."""
+    from torch_geometric.utils import to_dense_batch
+    dense, mask = to_dense_batch(pos, batch)
+    m = dense.size(1)
+    if m > width + 1:
+        raise ValueError(f"pairwise_distance_features: a cloud has {m} points, more than width + 1 = "
+                         f"{width + 1}; pass a larger width")
+    diff = dense.unsqueeze(2) - dense.unsqueeze(1)
+    # the epsilon keeps the gradient of the norm finite at the zero self-distance
+    keep = mask.unsqueeze(1) & mask.unsqueeze(2) & ~torch.eye(m, dtype=torch.bool, device=pos.device)
+    d = (diff.square().sum(-1) + 1e-12).sqrt() * keep
+    d = d.sort(dim=-1, descending=True).values[..., : m - 1][mask]
+    return torch.nn.functional.pad(d, (0, width - (m - 1)))
+
+
+class DistanceFeatureModel(torch.nn.Module):
+    """Wraps a point-cloud model ``net(x, pos, batch, num_graphs)``: its point features are
+    :func:`pairwise_distance_features` of ``pos`` (``x`` is ignored)."""
+
+    def __init__(self, net: torch.nn.Module, width: int = MAX_POINTS - 1):
+        super().__init__()
+        self.net, self.width = net, width
+
+    def forward(self, x: Tensor, pos: Tensor, batch: Optional[Tensor] = None,
+                num_graphs: Optional[int] = None) -> Tensor:
+        if batch is None:
+            batch = pos.new_zeros(pos.size(0), dtype=torch.long)
+        return self.net(pairwise_distance_features(pos, batch, self.width), pos, batch, num_graphs=num_graphs)
+
+
 def build_model(args) -> torch.nn.Module:
     from ..models.lie_transformer import LieTransformer
-    return LieTransformer(args.group, 1, args.hidden, 12, num_layers=args.layers, heads=args.heads,
-                          lift_samples=args.lift_samples, radius=args.radius, lift=args.lift,
-                          kernel_dim=args.kernel_dim, content=args.content, combine=args.combine,
-                          normalization=args.normalization, mlp_ratio=args.mlp_ratio, seed=args.seed)
+    features = getattr(args, "features", "constant")
+    in_channels = 1 if features == "constant" else MAX_POINTS - 1
+    net = LieTransformer(args.group, in_channels, args.hidden, 12, num_layers=args.layers, heads=args.heads,
+                         lift_samples=args.lift_samples, radius=args.radius, lift=args.lift,
+                         kernel_dim=args.kernel_dim, content=args.content, combine=args.combine,
+                         normalization=args.normalization, mlp_ratio=args.mlp_ratio, seed=args.seed)
+    return net if features == "constant" else DistanceFeatureModel(net)
 
 
 def lr_factor(epoch: int, args) -> float:
@@ -159,15 +202,16 @@ def invariance_error(model, dataset, group: str = "SE2", num_clouds: int = 200, 
 def invariance_curve(model, dataset, lifts: List[int], num_clouds: int, device="cpu") -> Dict[str, list]:
     """SE(2) invariance error of the *trained weights* with K Haar / C_K lifts (SE2 models)."""
     from ..nn.lift import Lift
-    old = model.lift
+    net = getattr(model, "net", model)  # the LieTransformer inside a DistanceFeatureModel
+    old = net.lift
     out = {"lifts": list(lifts), "haar": [], "finite": []}
     try:
         for K in lifts:
             for mode in ("haar", "finite"):
-                model.lift = Lift(model.group, K, mode=mode, seed=old.seed).to(device)
+                net.lift = Lift(net.group, K, mode=mode, seed=old.seed).to(device)
                 out[mode].append(invariance_error(model, dataset, "SE2", num_clouds, device=device))
     finally:
-        model.lift = old
+        net.lift = old
     return out
 
 

@@ -224,26 +224,53 @@ def test_fused_path_matches_message_passing(opt):
 
 
 @pytest.mark.parametrize("opt", [0, 1])
-def test_uniform_degree_dense_normalisation(opt):
-    """On a graph where every node has the same in-degree the fused path normalises densely;
-    it must equal the scatter path (same CSR with ``degree=0``), values and gradients."""
+@pytest.mark.parametrize("clouds", [1, 3])
+def test_uniform_degree_and_complete_block_paths(opt, clouds):
+    """All pairs within equal-size clouds: the fused path uses batched matrix products
+    (``complete``); any uniform in-degree normalises densely (``degree``). Both must equal
+    the scatter / sparse-product path (same CSR with ``degree=0``), values and gradients."""
     import dataclasses
 
     from pyg_lie.nn._sparse_ops import CSRStructure
 
     G, layer, pos, lifted, ei, inv = setup("SE2", OPTIONS[opt])
-    M = lifted.x.size(0)
-    full = torch.cartesian_prod(torch.arange(M), torch.arange(M)).t()  # every pair, both ways
-    full = full[:, torch.randperm(full.size(1), generator=torch.Generator().manual_seed(0))]
+    n = lifted.x.size(0)
+    M = clouds * n
+    gen = torch.Generator().manual_seed(0)
+    x0 = torch.cat([lifted.x] + [torch.randn(lifted.x.shape, generator=gen, dtype=torch.float64)
+                                 for _ in range(clouds - 1)])
+    g = torch.cat([lifted.g] + [G.random(n, generator=gen, dtype=torch.float64) for _ in range(clouds - 1)])
+    invs = None if inv is None else inv.repeat(clouds, 1)
+    full = torch.cat([torch.cartesian_prod(torch.arange(n), torch.arange(n)).t() + b * n
+                      for b in range(clouds)], 1)  # every pair within each cloud, both ways
+    full = full[:, torch.randperm(full.size(1), generator=gen)]
     csr = CSRStructure.build(full, M)
-    assert csr.degree == M
-    assert CSRStructure.build(ei, M).degree == 0  # radius graph: degrees differ
+    assert csr.degree == n and csr.complete
+    assert CSRStructure.build(ei, n).degree == 0  # radius graph: degrees differ
     res = []
-    for c in (csr, dataclasses.replace(csr, degree=0)):
+    for c in (csr, dataclasses.replace(csr, complete=False), dataclasses.replace(csr, degree=0, complete=False)):
         layer.zero_grad()
-        x = lifted.x.detach().clone().requires_grad_()
-        out, (_, w) = layer(x, full, lifted.g, inv, return_attention_weights=True, csr=c)
+        x = x0.detach().clone().requires_grad_()
+        out, (_, w) = layer(x, full, g, invs, return_attention_weights=True, csr=c)
         out.pow(2).sum().backward()
         res.append([out.detach(), w.detach(), x.grad] + [p.grad.clone() for p in layer.parameters()])
-    for a, b in zip(*res):
-        assert torch.allclose(a, b, rtol=1e-12, atol=1e-13)
+    for other in res[1:]:
+        for a, b in zip(res[0], other):
+            assert torch.allclose(a, b, rtol=1e-12, atol=1e-13)
+
+
+def test_complete_detection():
+    from pyg_lie.nn._sparse_ops import CSRStructure
+    n = 4
+    full = torch.cat([torch.cartesian_prod(torch.arange(n), torch.arange(n)).t() + b * n for b in range(2)], 1)
+    assert CSRStructure.build(full, 2 * n).complete
+    # same in-degree, but node 0 hears node 4 of the other cloud instead of node 3
+    bad = full.clone()
+    bad[0, 3] = 4
+    s = CSRStructure.build(bad, 2 * n)
+    assert s.degree == n and not s.complete
+    # all pairs but unequal clouds: no uniform degree
+    uneven = torch.cat([torch.cartesian_prod(torch.arange(3), torch.arange(3)).t(),
+                        torch.cartesian_prod(torch.arange(5), torch.arange(5)).t() + 3], 1)
+    s = CSRStructure.build(uneven, 8)
+    assert s.degree == 0 and not s.complete

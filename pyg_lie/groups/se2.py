@@ -51,9 +51,38 @@ class SE2(LieGroup):
         self._check_mat(g, "g")
         R, t = g[..., :2, :2], g[..., :2, 2]
         theta = torch.atan2(R[..., 1, 0] - R[..., 0, 1], R[..., 0, 0] + R[..., 1, 1])
+        return self._log_coords(theta, t[..., 0], t[..., 1])
+
+    @staticmethod
+    def _log_coords(theta: Tensor, t0: Tensor, t1: Tensor) -> Tensor:
+        """``(..., 3)`` coordinates from the angle and the translation ``(t0, t1)``."""
         a, b = half_cot_half(theta), theta / 2
-        u = torch.stack([a * t[..., 0] + b * t[..., 1], -b * t[..., 0] + a * t[..., 1]], -1)
-        return torch.cat([u, (SQRT2 * theta).unsqueeze(-1)], -1)
+        return torch.stack([a * t0 + b * t1, -b * t0 + a * t1, SQRT2 * theta], -1)
+
+    def relative_log(self, g: Tensor, edge_index: Tensor, one_sided_cut: bool = False) -> Tensor:
+        """:meth:`LieGroup.relative_log` without forming ``g_i^-1 g_j``: per edge only the
+        angle terms ``tr(R_i^T R_j)``, ``(R_i^T R_j)_10 - (R_i^T R_j)_01`` and ``R_i^T (t_j - t_i)``,
+        from the top two rows of both ends (a quarter of the memory traffic of the 3 x 3 products).
+
+        Args:
+            g: ``(N, 3, 3)`` node elements (other shapes use the generic routine).
+            edge_index: ``(2, E)``, row 0 source ``j``, row 1 target ``i``.
+            one_sided_cut: as in :meth:`LieGroup.relative_log`.
+
+        Returns:
+            ``(E, 3)`` coordinates of ``log(g_i^-1 g_j)``.
+        """
+        if g.dim() != 3:
+            return super().relative_log(g, edge_index, one_sided_cut)
+        self._check_mat(g, "g")
+        rows = g[:, :2, :].reshape(g.shape[0], 6).t().contiguous()  # (6, N): R00 R01 t0 R10 R11 t1
+        a00, a01, a02, a10, a11, a12 = rows.index_select(1, edge_index[1])  # target i
+        b00, b01, b02, b10, b11, b12 = rows.index_select(1, edge_index[0])  # source j
+        cos2 = a00 * b00 + a10 * b10 + a01 * b01 + a11 * b11
+        sin2 = (a01 * b00 + a11 * b10) - (a00 * b01 + a10 * b11)
+        d0, d1 = b02 - a02, b12 - a12
+        xi = self._log_coords(torch.atan2(sin2, cos2), a00 * d0 + a10 * d1, a01 * d0 + a11 * d1)
+        return self.one_sided_cut(xi) if one_sided_cut else xi
 
     def one_sided_cut(self, xi: Tensor) -> Tensor:
         return planar_one_sided_cut(xi, 2)

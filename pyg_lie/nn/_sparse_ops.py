@@ -31,6 +31,10 @@ class CSRStructure:
         degree: the common in-degree ``K`` when every node has ``K >= 1`` incoming
             edges (complete or kNN graphs), else 0; then the sorted edges of node
             ``i`` are rows ``i K .. (i + 1) K - 1`` and per-node reductions are dense.
+        complete: True when, moreover, the nodes form consecutive blocks of ``K`` and
+            every node's sources are exactly its block (all pairs within equal-size
+            clouds, self-pairs included): the sorted scores are then the ``(B, K, K)``
+            blocks of a batched matrix, and SDDMM / SpMM are batched matrix products.
     """
 
     perm: "Tensor | None"
@@ -42,6 +46,7 @@ class CSRStructure:
     col_t: Tensor
     num_nodes: int
     degree: int = 0
+    complete: bool = False
 
     @classmethod
     def build(cls, edge_index: Tensor, num_nodes: int) -> "CSRStructure":
@@ -55,10 +60,14 @@ class CSRStructure:
         deg = torch.bincount(dst, minlength=num_nodes)
         crow[1:] = torch.cumsum(deg, 0)
         degree = int(deg[0]) if num_nodes and bool((deg == deg[0]).all()) else 0
+        complete = False
+        if degree and num_nodes % degree == 0:  # is node i's source list its whole block?
+            local = torch.arange(degree, device=dst.device).repeat(num_nodes)
+            complete = bool((src - (dst - dst % degree) == local).all())
         perm_t = torch.argsort(src, stable=True)  # stable: (src, dst) order, dst already sorted
         crow_t = torch.zeros(num_nodes + 1, dtype=torch.long, device=dst.device)
         crow_t[1:] = torch.cumsum(torch.bincount(src, minlength=num_nodes), 0)
-        return cls(perm, dst, src, crow, perm_t, crow_t, dst[perm_t], num_nodes, degree)
+        return cls(perm, dst, src, crow, perm_t, crow_t, dst[perm_t], num_nodes, degree, complete)
 
     def _csr(self, values: Tensor, transpose: bool = False) -> Tensor:
         n = self.num_nodes

@@ -221,9 +221,15 @@ class LieSelfAttention(MessagePassing):
         loc = loc.to(x.dtype)
         # heads-first (H, E) layout: every head's scores and weights are contiguous rows,
         # which the per-head sparse kernels and the dense softmax read without copies
+        if csr.complete:  # all pairs in equal-size clouds: batched (H, B, n, n) products
+            n = csr.degree
+            qb, kb, vb = (t.view(N // n, n, H, D).permute(2, 0, 1, 3) for t in (q, k, v))  # (H, B, n, D)
         if self.content == "dot_product":
-            qs, ks = q.unbind(1), k.unbind(1)  # unbind: one stacked gradient, not H full-size ones
-            kc = torch.stack([sddmm(csr, qs[h], ks[h]) for h in range(H)], 0) / math.sqrt(D)
+            if csr.complete:
+                kc = (qb @ kb.transpose(-1, -2)).reshape(H, -1) / math.sqrt(D)
+            else:
+                qs, ks = q.unbind(1), k.unbind(1)  # unbind: one stacked gradient, not H full-size ones
+                kc = torch.stack([sddmm(csr, qs[h], ks[h]) for h in range(H)], 0) / math.sqrt(D)
         else:
             kc = (self.lcl_q(q.reshape(N, H * D))[dst] + self.lcl_k(k.reshape(N, H * D))[src]).t()
         # kc.t() leads the elementwise combination, so the scores keep its (H, E) memory
@@ -232,8 +238,11 @@ class LieSelfAttention(MessagePassing):
         alpha = w.t()
         if self.training and self.dropout > 0:
             w = torch.nn.functional.dropout(w, p=self.dropout, training=True)
-        ws, vs = w.unbind(0), v.unbind(1)
-        out = torch.cat([spmm(csr, ws[h], vs[h]) for h in range(H)], -1)
+        if csr.complete:
+            out = (w.view(H, N // n, n, n) @ vb).permute(1, 2, 0, 3).reshape(N, H * D)
+        else:
+            ws, vs = w.unbind(0), v.unbind(1)
+            out = torch.cat([spmm(csr, ws[h], vs[h]) for h in range(H)], -1)
         out = self.lin_out(out)
         if return_attention_weights:
             if perm is not None:

@@ -27,6 +27,8 @@ class CSRStructure:
         crow: ``(N + 1,)`` CSR row pointer over destinations.
         perm_t: ``(E,)`` order of the sorted edges by ``(src, dst)``.
         crow_t, col_t: CSR of the transpose (rows = sources, cols = destinations).
+            These three are built on first use (the batched path of complete
+            clouds never needs them, and their sort is the costliest step).
         num_nodes: ``N``.
         degree: the common in-degree ``K`` when every node has ``K >= 1`` incoming
             edges (complete or kNN graphs), else 0; then the sorted edges of node
@@ -41,12 +43,12 @@ class CSRStructure:
     row: Tensor
     col: Tensor
     crow: Tensor
-    perm_t: Tensor
-    crow_t: Tensor
-    col_t: Tensor
     num_nodes: int
     degree: int = 0
     complete: bool = False
+    perm_t: "Tensor | None" = None
+    crow_t: "Tensor | None" = None
+    col_t: "Tensor | None" = None
 
     @classmethod
     def build(cls, edge_index: Tensor, num_nodes: int) -> "CSRStructure":
@@ -64,13 +66,18 @@ class CSRStructure:
         if degree and num_nodes % degree == 0:  # is node i's source list its whole block?
             local = torch.arange(degree, device=dst.device).repeat(num_nodes)
             complete = bool((src - (dst - dst % degree) == local).all())
-        perm_t = torch.argsort(src, stable=True)  # stable: (src, dst) order, dst already sorted
-        crow_t = torch.zeros(num_nodes + 1, dtype=torch.long, device=dst.device)
-        crow_t[1:] = torch.cumsum(torch.bincount(src, minlength=num_nodes), 0)
-        return cls(perm, dst, src, crow, perm_t, crow_t, dst[perm_t], num_nodes, degree, complete)
+        return cls(perm, dst, src, crow, num_nodes, degree, complete)
+
+    def _build_transpose(self) -> None:
+        self.perm_t = torch.argsort(self.col, stable=True)  # stable: (src, dst) order, dst already sorted
+        self.crow_t = torch.zeros(self.num_nodes + 1, dtype=torch.long, device=self.col.device)
+        self.crow_t[1:] = torch.cumsum(torch.bincount(self.col, minlength=self.num_nodes), 0)
+        self.col_t = self.row[self.perm_t]
 
     def _csr(self, values: Tensor, transpose: bool = False) -> Tensor:
         n = self.num_nodes
+        if transpose and self.perm_t is None:
+            self._build_transpose()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
             if transpose:

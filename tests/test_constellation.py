@@ -46,3 +46,48 @@ def test_bad_arguments():
         Constellation(3, augment="SO3")
     with pytest.raises(ValueError, match="num_samples"):
         Constellation(0)
+
+
+def test_official_variant_statistics():
+    """variant="official": counts Binomial(2, 1/2), five-point L, clouds scaled into [-1, 1],
+    orientations within +-0.33 pi of the template's."""
+    from pyg_lie.datasets.constellation import official_templates
+    n = 800
+    ds = Constellation(n, seed=5, variant="official")
+    y = ds._data.y
+    for s in range(4):
+        freq = torch.bincount(y[:, s], minlength=3).double() / n
+        assert (freq - torch.tensor([0.25, 0.5, 0.25], dtype=torch.float64)).abs().max() < 0.06, freq
+    assert (y.sum(1) > 0).all()
+    sizes = {name: len(t) for name, t in official_templates().items()}
+    assert sizes == {"triangle": 3, "square": 4, "pentagon": 5, "L": 5}
+    assert ds._data.pos.min() >= -1 - 1e-6 and ds._data.pos.max() <= 1 + 1e-6
+    angles = []
+    for i in range(n):
+        d = ds[i]
+        if i % 23 == 0:
+            assert torch.equal(torch.bincount(d.part, minlength=4), d.y[0] * torch.tensor([3, 4, 5, 5]))
+        if int(d.y[0, 3]) == 1:  # one L: its arm ends are the farthest pair; template direction 135 deg
+            p = d.pos[d.part == 3].double()
+            dist = torch.cdist(p, p)
+            a, b = divmod(int(dist.argmax()), 5)
+            v = (p[a] + p[b]) / 2 - p.mean(0)
+            angles.append(torch.rad2deg(torch.atan2(v[1], v[0])) % 360)
+    angles = torch.stack(angles)
+    assert len(angles) > 100
+    # rotations within +-0.33 pi = +-59.4 deg, plus the corner noise (sigma 0.1 on an L of size 2 moves
+    # this direction by ~10 deg); Haar orientations fill 0..360 (measured 0.3..358 on the SE2 copy)
+    assert angles.min() > 135 - 59.4 - 25 and angles.max() < 135 + 59.4 + 25, (angles.min(), angles.max())
+    assert angles.max() - angles.min() > 90
+    with pytest.raises(ValueError, match="variant"):
+        Constellation(3, variant="paper")
+
+
+def test_official_variant_splits():
+    sp = Constellation.splits(5, 6, seed=1, variant="official")
+    assert all(d.variant == "official" for d in sp.values())
+    for name in ("test_T2", "test_SE2"):
+        assert torch.equal(sp[name]._data.y, sp["test"]._data.y)
+        for i in range(6):
+            p, q = sp["test"][i].pos.double(), sp[name][i].pos.double()
+            assert torch.allclose(torch.cdist(p, p), torch.cdist(q, q), atol=1e-4)

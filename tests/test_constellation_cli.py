@@ -87,7 +87,7 @@ def test_distance_feature_model_is_se2_invariant_in_float64():
     a = _args(["--group", "SE2", "--lift", "finite", "--lift-samples", "4", "--features", "pairwise_distances",
                "--hidden", "16", "--layers", "2", "--heads", "2", "--kernel-dim", "4"])
     model = exp.build_model(a).double().eval()
-    assert isinstance(model, exp.DistanceFeatureModel) and model.net.in_channels == exp.MAX_POINTS - 1
+    assert isinstance(model, exp.DistanceFeatureModel) and model.net.in_channels == exp.MAX_POINTS["uniform"] - 1
     data = Constellation(3, seed=5)
     from torch_geometric.loader import DataLoader
     d = next(iter(DataLoader(data, batch_size=3)))

@@ -11,6 +11,19 @@ corner jittered by ``N(0, noise^2 I)``. Point features are ``x_i = 1``; the
 targets ``y (1, 4)`` are the four counts (classes 0/1/2 of four heads). The
 point order is shuffled. Also stored: ``part (N,)``, the pattern of each point.
 
+``variant="official"`` draws from the distribution of the official LieTransformer
+code's generator instead (its ``configs/constellation/constellation.py`` defaults, used
+for the paper's Table 1; reimplemented from those settings): two copies of each
+pattern, each present with probability 1/2 (so every count is Binomial(2, 1/2):
+0/1/2 with probability 1/4, 1/2, 1/4, and predicting 1 everywhere scores 0.5);
+regular polygons with circumradius 1 around ``(2, 2)`` and a five-point ``L``
+``(1,1) (2,1) (3,1) (3,2) (3,3)``; no scaling; every instance rotated about the
+template origin by ``U(-0.33 pi, 0.33 pi)`` (not Haar: orientations stay within
++-60 degrees) and translated by ``U[0, 24]^2``; corner noise ``N(0, 0.1^2)``; then the
+cloud, absent corners included, scaled into ``[-1, 1]`` by its scalar min and max.
+Clouds whose eight instances are all absent (probability 1/256; the official data
+keeps them as empty clouds) are redrawn.
+
 Everything is generated with ``numpy.random.default_rng(seed)``: the same seed
 gives the same data on every machine, and :meth:`Constellation.splits` uses
 different seeds for train and test (the original code reused one). The
@@ -26,9 +39,10 @@ import numpy as np
 import torch
 from torch_geometric.data import Data, InMemoryDataset
 
-__all__ = ["Constellation", "SHAPES", "templates"]
+__all__ = ["Constellation", "SHAPES", "VARIANTS", "templates", "official_templates"]
 
 SHAPES = ("triangle", "square", "pentagon", "L")
+VARIANTS = ("uniform", "official")
 
 
 def _polygon(k: int) -> np.ndarray:
@@ -43,13 +57,25 @@ def templates() -> Dict[str, np.ndarray]:
     return {"triangle": _polygon(3), "square": _polygon(4), "pentagon": _polygon(5), "L": L}
 
 
+def official_templates() -> Dict[str, np.ndarray]:
+    """Templates of ``variant="official"``: polygons with circumradius 1 (first vertex at
+    angle 0) centred at ``(2, 2)`` and a five-point ``L``, in the template frame that the
+    random rotation acts on."""
+    def roots(k: int) -> np.ndarray:
+        a = 2 * np.pi * np.arange(k) / k
+        return np.stack([np.cos(a), np.sin(a)], -1) + 2.0
+    L = np.array([[1.0, 1.0], [2.0, 1.0], [3.0, 1.0], [3.0, 2.0], [3.0, 3.0]])
+    return {"triangle": roots(3), "square": roots(4), "pentagon": roots(5), "L": L}
+
+
 class Constellation(InMemoryDataset):
     """Constellation counting data set (in memory, generated on construction).
 
     Args:
         num_samples: number of point clouds.
         seed: generator seed (train and test must use different seeds).
-        max_instances: instances per pattern are uniform in ``0..max_instances``.
+        max_instances: instances per pattern are uniform in ``0..max_instances``
+            (``variant="official"``: the number of copies, each present w.p. 1/2).
         size_range: range of the template scale.
         extent: instance centres are uniform in ``[-extent, extent]^2``.
         noise: standard deviation of the corner jitter.
@@ -58,6 +84,8 @@ class Constellation(InMemoryDataset):
         augment_seed: seed of those elements.
         translation_scale: standard deviation of the augmenting translations.
         transform: PyG transform applied on access.
+        variant: ``"uniform"`` (the generator above) or ``"official"`` (the official
+            code's distribution; ``size_range``, ``extent`` and ``noise`` are then unused).
 
     Each item is ``Data(x (N, 1), pos (N, 2), y (1, 4), part (N,))``.
     """
@@ -68,45 +96,33 @@ class Constellation(InMemoryDataset):
     def __init__(self, num_samples: int = 10000, seed: int = 0, *, max_instances: int = 2,
                  size_range: Tuple[float, float] = (1.0, 2.0), extent: float = 4.0, noise: float = 0.05,
                  augment: Optional[str] = None, augment_seed: Optional[int] = None,
-                 translation_scale: float = 10.0, transform: Optional[Callable] = None):
+                 translation_scale: float = 10.0, transform: Optional[Callable] = None,
+                 variant: str = "uniform"):
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
         if augment not in (None, "T2", "SE2"):
             raise ValueError(f"augment must be None, 'T2' or 'SE2', got {augment!r}")
         if not (0 < size_range[0] <= size_range[1]):
             raise ValueError(f"size_range must satisfy 0 < low <= high, got {size_range}")
-        self.seed, self.augment = seed, augment
+        self.seed, self.augment, self.variant = seed, augment, variant
         self.params = dict(num_samples=num_samples, seed=seed, max_instances=max_instances,
                            size_range=tuple(size_range), extent=extent, noise=noise, augment=augment,
-                           augment_seed=augment_seed, translation_scale=translation_scale)
+                           augment_seed=augment_seed, translation_scale=translation_scale, variant=variant)
         super().__init__(None, transform)
         data_list = self._generate(**self.params)
         self._data, self.slices = self.collate(data_list)
 
     @staticmethod
     def _generate(num_samples, seed, max_instances, size_range, extent, noise, augment, augment_seed,
-                  translation_scale) -> List[Data]:
+                  translation_scale, variant="uniform") -> List[Data]:
         rng = np.random.default_rng(seed)
         aug = np.random.default_rng(seed + 7919 if augment_seed is None else augment_seed)
-        temps = templates()
+        draw = Constellation._draw_official if variant == "official" else Constellation._draw_uniform
         out = []
         for _ in range(num_samples):
-            counts = rng.integers(0, max_instances + 1, size=4)
-            while counts.sum() == 0:
-                counts = rng.integers(0, max_instances + 1, size=4)
-            pts, part = [], []
-            for s, name in enumerate(SHAPES):
-                for _ in range(int(counts[s])):
-                    scale = rng.uniform(*size_range)
-                    th = rng.uniform(0, 2 * np.pi)
-                    R = np.array([[np.cos(th), -np.sin(th)], [np.sin(th), np.cos(th)]])
-                    centre = rng.uniform(-extent, extent, size=2)
-                    p = scale * temps[name] @ R.T + centre
-                    p = p + noise * rng.standard_normal(p.shape)
-                    pts.append(p)
-                    part += [s] * len(p)
-            pos = np.concatenate(pts)
-            part = np.array(part)
+            pos, part, counts = draw(rng, max_instances, size_range, extent, noise)
             perm = rng.permutation(len(pos))
             pos, part = pos[perm], part[perm]
             if augment is not None:
@@ -119,6 +135,46 @@ class Constellation(InMemoryDataset):
                             y=torch.tensor(counts, dtype=torch.long).view(1, 4),
                             part=torch.tensor(part, dtype=torch.long)))
         return out
+
+    @staticmethod
+    def _draw_uniform(rng, max_instances, size_range, extent, noise):
+        temps = templates()
+        counts = rng.integers(0, max_instances + 1, size=4)
+        while counts.sum() == 0:
+            counts = rng.integers(0, max_instances + 1, size=4)
+        pts, part = [], []
+        for s, name in enumerate(SHAPES):
+            for _ in range(int(counts[s])):
+                scale = rng.uniform(*size_range)
+                th = rng.uniform(0, 2 * np.pi)
+                R = np.array([[np.cos(th), -np.sin(th)], [np.sin(th), np.cos(th)]])
+                centre = rng.uniform(-extent, extent, size=2)
+                p = scale * temps[name] @ R.T + centre
+                p = p + noise * rng.standard_normal(p.shape)
+                pts.append(p)
+                part += [s] * len(p)
+        return np.concatenate(pts), np.array(part), counts
+
+    @staticmethod
+    def _draw_official(rng, max_instances, *unused):
+        temps = official_templates()
+        present = rng.random((max_instances, 4)) < 0.5
+        while not present.any():
+            present = rng.random((max_instances, 4)) < 0.5
+        pts, part, keep = [], [], []
+        for r in range(max_instances):
+            for s, name in enumerate(SHAPES):
+                th = rng.uniform(-0.33 * np.pi, 0.33 * np.pi)
+                R = np.array([[np.cos(th), -np.sin(th)], [np.sin(th), np.cos(th)]])
+                p = temps[name] @ R.T + rng.uniform(0.0, 24.0, size=2)
+                pts.append(p + 0.1 * rng.standard_normal(p.shape))
+                part += [s] * len(p)
+                keep += [bool(present[r, s])] * len(p)
+        pos = np.concatenate(pts)
+        lo, hi = pos.min(), pos.max()  # absent corners included, as in the official data
+        pos = (pos - lo) / (hi - lo + 1e-8) * 2 - 1
+        keep = np.array(keep)
+        return pos[keep], np.array(part)[keep], present.sum(0)
 
     @classmethod
     def splits(cls, num_train: int = 10000, num_test: int = 1000, seed: int = 0,
@@ -134,4 +190,5 @@ class Constellation(InMemoryDataset):
 
     def __repr__(self) -> str:
         aug = f", augment={self.augment!r}" if self.augment else ""
-        return f"{self.__class__.__name__}({len(self)}, seed={self.seed}{aug})"
+        var = f", variant={self.variant!r}" if self.variant != "uniform" else ""
+        return f"{self.__class__.__name__}({len(self)}, seed={self.seed}{aug}{var})"

@@ -42,6 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-train", type=int, default=10000)
     p.add_argument("--num-test", type=int, default=1000)
     p.add_argument("--data-seed", type=int, default=0, help="train seed; test uses +1, T2/SE2 copies +2/+3")
+    p.add_argument("--data", choices=["uniform", "official"], default="uniform",
+                   help="uniform: counts uniform on 0/1/2, Haar orientations, random sizes (the issue's "
+                        "generator); official: the official code's distribution behind the paper's Table 1 "
+                        "(Binomial(2, 1/2) counts, orientations within +-60 degrees, five-point L)")
     p.add_argument("--hidden", type=int, default=128, help="feature dimension d_v (paper: 128)")
     p.add_argument("--layers", type=int, default=10, help="LieTransformer blocks (paper: 10)")
     p.add_argument("--heads", type=int, default=8, help="attention heads (paper: 8)")
@@ -84,10 +88,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="disable tqdm bars")
 
 
-MAX_POINTS = 32  # 2 instances x (3 + 4 + 5 + 4) corners at the default max_instances
+#: largest cloud per data variant: 2 instances x (3 + 4 + 5 + 4 or 5) corners
+MAX_POINTS = {"uniform": 32, "official": 34}
 
 
-def pairwise_distance_features(pos: Tensor, batch: Tensor, width: int = MAX_POINTS - 1) -> Tensor:
+def pairwise_distance_features(pos: Tensor, batch: Tensor, width: int = MAX_POINTS["uniform"] - 1) -> Tensor:
     """``(N, width)``: every point's distances to the other points of its cloud, sorted in
     descending order and zero-padded (invariant under E(2) and point permutations).
 
@@ -110,7 +115,7 @@ class DistanceFeatureModel(torch.nn.Module):
     """Wraps a point-cloud model ``net(x, pos, batch, num_graphs)``: its point features are
     :func:`pairwise_distance_features` of ``pos`` (``x`` is ignored)."""
 
-    def __init__(self, net: torch.nn.Module, width: int = MAX_POINTS - 1):
+    def __init__(self, net: torch.nn.Module, width: int = MAX_POINTS["uniform"] - 1):
         super().__init__()
         self.net, self.width = net, width
 
@@ -124,12 +129,13 @@ class DistanceFeatureModel(torch.nn.Module):
 def build_model(args) -> torch.nn.Module:
     from ..models.lie_transformer import LieTransformer
     features = getattr(args, "features", "constant")
-    in_channels = 1 if features == "constant" else MAX_POINTS - 1
+    width = MAX_POINTS[getattr(args, "data", "uniform")] - 1
+    in_channels = 1 if features == "constant" else width
     net = LieTransformer(args.group, in_channels, args.hidden, 12, num_layers=args.layers, heads=args.heads,
                          lift_samples=args.lift_samples, radius=args.radius, lift=args.lift,
                          kernel_dim=args.kernel_dim, content=args.content, combine=args.combine,
                          normalization=args.normalization, mlp_ratio=args.mlp_ratio, seed=args.seed)
-    return net if features == "constant" else DistanceFeatureModel(net)
+    return net if features == "constant" else DistanceFeatureModel(net, width)
 
 
 def lr_factor(epoch: int, args) -> float:
@@ -255,6 +261,13 @@ def plot_curves(rows: List[Dict[str, float]], path: str, title: str) -> None:
     plt.close(fig)
 
 
+def majority_baseline(train, test) -> float:
+    """D_test accuracy of predicting every head's most frequent count in ``train``."""
+    ytr, yte = train._data.y.view(-1, 4), test._data.y.view(-1, 4)
+    guess = torch.stack([torch.bincount(ytr[:, h], minlength=3).argmax() for h in range(4)])
+    return (yte == guess).float().mean().item()
+
+
 def results_table(res: Dict) -> str:
     g = res["group"]
     lines = [
@@ -263,9 +276,11 @@ def results_table(res: Dict) -> str:
         f"| LieTransformer-{g} ({res['lift']}, K={res['lift_samples']}) | {res['test']['acc']:.3f} | "
         f"{res['test_T2']['acc']:.3f} | {res['test_SE2']['acc']:.3f} | {res['test']['exact']:.3f} | "
         f"{res['inv_T2']:.2e} | {res['inv_SE2']:.2e} |",
-        f"| paper LieTransformer-{g} (D_train) | {PAPER[g]['test']:.2f} | {PAPER[g]['test']:.2f} | "
-        f"{PAPER[g]['test_SE2']:.2f} | | | |",
+        f"| paper LieTransformer-{g} (D_train, official data) | {PAPER[g]['test']:.2f} | "
+        f"{PAPER[g]['test']:.2f} | {PAPER[g]['test_SE2']:.2f} | | | |",
     ]
+    if "baseline" in res:
+        lines.append(f"| majority count per head ({res.get('data', 'uniform')} data) | {res['baseline']:.3f} | | | | | |")
     return "\n".join(lines)
 
 
@@ -280,7 +295,7 @@ def main(args) -> int:
     seed_everything(args.seed)
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
-    data = Constellation.splits(args.num_train, args.num_test, seed=args.data_seed)
+    data = Constellation.splits(args.num_train, args.num_test, seed=args.data_seed, variant=args.data)
     model = build_model(args).to(env.device)
     nparams = sum(p.numel() for p in model.parameters())
     print(f"{model!r}\n{nparams} parameters; train {len(data['train'])}, test {len(data['test'])} "
@@ -329,13 +344,16 @@ def main(args) -> int:
     from ..training.logging import read_metrics
     rows = read_metrics(os.path.join(args.out, "metrics.csv"))
     title = f"LieTransformer-{args.group} ({args.lift}, K={args.lift_samples}), {args.num_train} train"
+    if args.data != "uniform":
+        title += f", {args.data} data"
     plot_curves(rows, os.path.join(args.out, "learning_curves.png"), title)
 
-    res = {"group": args.group, "lift": args.lift, "lift_samples": args.lift_samples,
+    res = {"group": args.group, "lift": args.lift, "lift_samples": args.lift_samples, "data": args.data,
            "epochs_done": int(rows[-1]["epoch"]) + 1 if rows else 0, "parameters": nparams,
            "num_train": args.num_train, "num_test": args.num_test}
     for split in ("test", "test_T2", "test_SE2"):
         res[split] = evaluate_accuracy(model, data[split], device=env.device)
+    res["baseline"] = majority_baseline(data["train"], data["test"])
     res["inv_T2"] = invariance_error(model, data["test"], "T2", args.invariance_clouds, device=env.device)
     res["inv_SE2"] = invariance_error(model, data["test"], "SE2", args.invariance_clouds, device=env.device)
     plots = [os.path.join(args.out, "learning_curves.png")]

@@ -100,3 +100,13 @@ def test_distance_feature_model_is_se2_invariant_in_float64():
     y2 = model(d.x.double(), pos2, d.batch, num_graphs=3)
     assert y.shape == (3, 12) and torch.isfinite(y).all()
     torch.testing.assert_close(y2, y, atol=1e-10, rtol=1e-10)
+
+
+def test_majority_baseline():
+    import torch
+    from pyg_lie.datasets.constellation import Constellation
+    tr, te = Constellation(4, seed=0), Constellation(3, seed=1)
+    tr._data.y = torch.tensor([[0, 1, 2, 2], [0, 1, 2, 1], [1, 1, 0, 1], [0, 2, 2, 1]])
+    te._data.y = torch.tensor([[0, 1, 2, 1], [1, 1, 2, 1], [2, 2, 0, 0]])
+    # majority per head: 0, 1, 2, 1 -> correct 4 + 3 + 0 of 12
+    assert exp.majority_baseline(tr, te) == pytest.approx(7 / 12)

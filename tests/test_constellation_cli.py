@@ -110,3 +110,9 @@ def test_majority_baseline():
     te._data.y = torch.tensor([[0, 1, 2, 1], [1, 1, 2, 1], [2, 2, 0, 0]])
     # majority per head: 0, 1, 2, 1 -> correct 4 + 3 + 0 of 12
     assert exp.majority_baseline(tr, te) == pytest.approx(7 / 12)
+
+
+def test_max_points_matches_the_templates():
+    from pyg_lie.datasets.constellation import official_templates, templates
+    for variant, temps in (("uniform", templates), ("official", official_templates)):
+        assert exp.MAX_POINTS[variant] == 2 * sum(len(t) for t in temps().values())

@@ -45,9 +45,15 @@ SHAPES = ("triangle", "square", "pentagon", "L")
 VARIANTS = ("uniform", "official")
 
 
-def _polygon(k: int) -> np.ndarray:
-    a = 2 * np.pi * np.arange(k) / k + np.pi / 2
+def _polygon(k: int, phase: float = np.pi / 2) -> np.ndarray:
+    """``(k, 2)`` vertices of the regular ``k``-gon with circumradius 1, the first at angle ``phase``."""
+    a = 2 * np.pi * np.arange(k) / k + phase
     return np.stack([np.cos(a), np.sin(a)], -1)
+
+
+def _rotation(th: float) -> np.ndarray:
+    """``(2, 2)`` counter-clockwise rotation by ``th``."""
+    return np.array([[np.cos(th), -np.sin(th)], [np.sin(th), np.cos(th)]])
 
 
 def templates() -> Dict[str, np.ndarray]:
@@ -61,11 +67,9 @@ def official_templates() -> Dict[str, np.ndarray]:
     """Templates of ``variant="official"``: polygons with circumradius 1 (first vertex at
     angle 0) centred at ``(2, 2)`` and a five-point ``L``, in the template frame that the
     random rotation acts on."""
-    def roots(k: int) -> np.ndarray:
-        a = 2 * np.pi * np.arange(k) / k
-        return np.stack([np.cos(a), np.sin(a)], -1) + 2.0
     L = np.array([[1.0, 1.0], [2.0, 1.0], [3.0, 1.0], [3.0, 2.0], [3.0, 3.0]])
-    return {"triangle": roots(3), "square": roots(4), "pentagon": roots(5), "L": L}
+    return {"triangle": _polygon(3, 0.0) + 2.0, "square": _polygon(4, 0.0) + 2.0,
+            "pentagon": _polygon(5, 0.0) + 2.0, "L": L}
 
 
 class Constellation(InMemoryDataset):
@@ -128,8 +132,7 @@ class Constellation(InMemoryDataset):
             if augment is not None:
                 t = translation_scale * aug.standard_normal(2)
                 th = aug.uniform(0, 2 * np.pi) if augment == "SE2" else 0.0
-                R = np.array([[np.cos(th), -np.sin(th)], [np.sin(th), np.cos(th)]])
-                pos = pos @ R.T + t
+                pos = pos @ _rotation(th).T + t
             pos_t = torch.tensor(pos, dtype=torch.float32)
             out.append(Data(x=torch.ones(len(pos), 1), pos=pos_t,
                             y=torch.tensor(counts, dtype=torch.long).view(1, 4),
@@ -147,9 +150,8 @@ class Constellation(InMemoryDataset):
             for _ in range(int(counts[s])):
                 scale = rng.uniform(*size_range)
                 th = rng.uniform(0, 2 * np.pi)
-                R = np.array([[np.cos(th), -np.sin(th)], [np.sin(th), np.cos(th)]])
                 centre = rng.uniform(-extent, extent, size=2)
-                p = scale * temps[name] @ R.T + centre
+                p = scale * temps[name] @ _rotation(th).T + centre
                 p = p + noise * rng.standard_normal(p.shape)
                 pts.append(p)
                 part += [s] * len(p)
@@ -165,8 +167,7 @@ class Constellation(InMemoryDataset):
         for r in range(max_instances):
             for s, name in enumerate(SHAPES):
                 th = rng.uniform(-0.33 * np.pi, 0.33 * np.pi)
-                R = np.array([[np.cos(th), -np.sin(th)], [np.sin(th), np.cos(th)]])
-                p = temps[name] @ R.T + rng.uniform(0.0, 24.0, size=2)
+                p = temps[name] @ _rotation(th).T + rng.uniform(0.0, 24.0, size=2)
                 pts.append(p + 0.1 * rng.standard_normal(p.shape))
                 part += [s] * len(p)
                 keep += [bool(present[r, s])] * len(p)

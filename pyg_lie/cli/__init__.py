@@ -30,6 +30,8 @@ BENCH = {
 OTHER = {
     "demo": ("pyg_lie.experiments.demo", "the library's main job: a short demonstration"),
     "summary": ("pyg_lie.experiments.lie_sequence_summary", "Lie-sequence tables vs the paper"),
+    "invariance": ("pyg_lie.experiments.lift_invariance",
+                   "LieTransformer-SE2 invariance error vs Haar lift samples at initialisation (paper Fig. 3 left)"),
 }
 
 

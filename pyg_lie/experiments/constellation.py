@@ -206,18 +206,18 @@ def invariance_error(model, dataset, group: str = "SE2", num_clouds: int = 200, 
 
 
 def invariance_curve(model, dataset, lifts: List[int], num_clouds: int, device="cpu") -> Dict[str, list]:
-    """SE(2) invariance error of the *trained weights* with K Haar / C_K lifts (SE2 models)."""
-    from ..nn.lift import Lift
+    """SE(2) invariance error of the *trained weights* with K Haar / C_K lifts (SE2 models).
+
+    Unlike the paper's Figure 3 (left), which measures freshly initialised models
+    (``pyg-lie invariance``), the weights here were trained with one lift count.
+    """
+    from .lift_invariance import swapped_lift
     net = getattr(model, "net", model)  # the LieTransformer inside a DistanceFeatureModel
-    old = net.lift
     out = {"lifts": list(lifts), "haar": [], "finite": []}
-    try:
-        for K in lifts:
-            for mode in ("haar", "finite"):
-                net.lift = Lift(net.group, K, mode=mode, seed=old.seed).to(device)
+    for K in lifts:
+        for mode in ("haar", "finite"):
+            with swapped_lift(net, K, mode):
                 out[mode].append(invariance_error(model, dataset, "SE2", num_clouds, device=device))
-    finally:
-        net.lift = old
     return out
 
 

@@ -1,0 +1,69 @@
+"""``pyg-lie invariance``: the Monte Carlo invariance error of Haar lifts at initialisation."""
+import argparse
+import json
+import os
+
+import pytest
+
+from pyg_lie.experiments import lift_invariance as exp
+from pyg_lie.models.lie_transformer import LieTransformer
+
+SMALL = dict(seeds=2, clouds=2, elements=4)
+
+
+def test_error_falls_with_lift_samples():
+    curve = exp.lift_invariance_curve([1, 4, 16], **SMALL)
+    med = [q[1] for q in curve["linf"]]
+    assert exp.is_monotone(curve)
+    # Monte Carlo error ~ K^-1/2: a factor 4 from K = 1 to 16; demand at least 2.5
+    assert med[2] < med[0] / 2.5, med
+    assert med[2] > 0  # a Haar lift is not exactly invariant
+    rel = [q[1] for q in curve["rel"]]
+    assert rel[2] < rel[0] / 2.5, rel
+
+
+def test_softmax_with_constant_features_is_exactly_invariant():
+    # softmax weights sum to one over identical values: the geometry cannot enter
+    curve = exp.lift_invariance_curve([1, 3], normalization="softmax", **SMALL)
+    assert max(q[2] for q in curve["linf"]) < 1e-12
+
+
+def test_swapped_lift_restores_the_model():
+    net = LieTransformer("SE2", 1, 8, 3, num_layers=1, heads=2, kernel_dim=2)
+    old = net.lift
+    with exp.swapped_lift(net, 5) as m:
+        assert m.lift.num_samples == 5 and m.lift.seed == old.seed
+    assert net.lift is old
+    with pytest.raises(RuntimeError):
+        with exp.swapped_lift(net, 2):
+            raise RuntimeError("boom")
+    assert net.lift is old
+
+
+@pytest.mark.parametrize("kw, name", [({"seeds": 0}, "seeds"), ({"clouds": 0}, "clouds"),
+                                      ({"elements": -1}, "elements")])
+def test_bad_arguments(kw, name):
+    with pytest.raises(ValueError, match=name):
+        exp.lift_invariance_curve([1, 2], **{**SMALL, **kw})
+    with pytest.raises(ValueError, match="lifts"):
+        exp.lift_invariance_curve([0, 2], **SMALL)
+
+
+def test_is_monotone():
+    q = lambda m: [m / 2, m, 2 * m]  # noqa: E731
+    assert exp.is_monotone({"linf": [q(3.0), q(2.0), q(1.0)]})
+    assert not exp.is_monotone({"linf": [q(3.0), q(1.0), q(1.0)]})
+
+
+def test_cli_writes_results(tmp_path):
+    p = argparse.ArgumentParser()
+    exp.add_arguments(p)
+    out = str(tmp_path / "inv")
+    args = p.parse_args(["--lifts", "1", "2", "--seeds", "1", "--clouds", "1", "--elements", "2",
+                         "--no-progress", "--threads", "1", "--out", out])
+    assert exp.main(args) == 0
+    with open(os.path.join(out, "results.json")) as f:
+        res = json.load(f)
+    assert res["lifts"] == [1, 2] and len(res["linf"]) == 2 and isinstance(res["monotone"], bool)
+    assert os.path.getsize(os.path.join(out, "invariance_vs_lifts.png")) > 0
+    assert "| 2 |" in open(os.path.join(out, "results.md")).read()

@@ -441,8 +441,17 @@ def test_property_chart_and_log(seed, shear, which):
     assert inside.tolist() == expected.tolist()
     if inside.any():
         gi = g[inside]
-        # backward-stable round trip: error ~ eps * cond(A) * ||g|| (shear 2 reaches cond ~ 1e6)
+        # round trip error ~ eps * (cond(A) ||g|| + ||L_exp(L)|| ||L||): the log's rounding
+        # (shear 2 reaches cond ~ 1e6) plus exp's amplification of a perturbation of L = log g
+        # (near the cut, e.g. angle 3.03, the exact log has ||L|| = 35 and exp(L) of the
+        # correctly rounded L already misses g by 3e-12). Measured: at most 38 x eps (...)
+        # over 8422 in-chart elements of this distribution.
         A = gi[:, :G.n, :G.n].numpy()
-        tol = 64 * np.finfo(np.float64).eps * np.linalg.cond(A) * gi.flatten(1).norm(dim=-1).numpy()
+        L = G.hat(G.log(gi))
+        m = L.shape[-1]
+        J = torch.func.vmap(torch.func.jacfwd(torch.linalg.matrix_exp))(L).reshape(-1, m * m, m * m)
+        kexp = torch.linalg.matrix_norm(J, ord=2).numpy()
+        scale = np.linalg.cond(A) * gi.flatten(1).norm(dim=-1).numpy() + kexp * L.flatten(1).norm(dim=-1).numpy()
+        tol = 128 * np.finfo(np.float64).eps * scale
         err = (G.exp(G.log(gi)) - gi).flatten(1).norm(dim=-1).numpy()
         assert (err <= tol).all(), (err, tol)

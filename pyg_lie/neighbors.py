@@ -59,6 +59,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ._sort import argsort_keys, sort_keys
+
 __all__ = [
     "radius_graph",
     "radius",
@@ -326,9 +328,9 @@ def _search(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor], batch_y: 
     # canonical order (target, source)
     key = tgt * nx + src
     if k is None:  # sorting the keys alone is cheaper than sorting indices and gathering
-        key = torch.sort(key).values
+        key = sort_keys(key)
         return torch.stack([key % nx, torch.div(key, nx, rounding_mode="floor")])
-    order = torch.sort(key).indices
+    order = argsort_keys(key)[1]
     src, tgt = src[order], tgt[order]
     if src.numel():
         d2 = d2[order]

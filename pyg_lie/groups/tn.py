@@ -48,6 +48,15 @@ class Tn(LieGroup):
     def inv(self, g: Tensor) -> Tensor:
         return self.exp(-g[..., : self.n, self.n])
 
+    def relative_log(self, g: Tensor, edge_index: Tensor, one_sided_cut: bool = False) -> Tensor:
+        """:meth:`LieGroup.relative_log` as ``t_j - t_i`` from the translation columns (no
+        ``(E, n + 1, n + 1)`` products); ``one_sided_cut`` has nothing to do (no rotation)."""
+        if g.dim() != 3:
+            return super().relative_log(g, edge_index, one_sided_cut)
+        self._check_mat(g, "g")
+        t = g[:, : self.n, self.n].contiguous()  # index_select on the strided column is ~40x slower
+        return t.index_select(0, edge_index[0]) - t.index_select(0, edge_index[1])
+
     def between(self, g: Tensor, h: Tensor) -> Tensor:
         return self.exp(h[..., : self.n, self.n] - g[..., : self.n, self.n])
 

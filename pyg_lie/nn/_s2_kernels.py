@@ -25,6 +25,7 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
+from .._sort import argsort_keys
 from .attention_core import dense_edge_attention
 
 __all__ = ["geodesic_neighbors", "NeighborhoodPlan", "planned_attention"]
@@ -85,7 +86,7 @@ def geodesic_neighbors(x: Tensor, y: Tensor, theta: float) -> Tensor:
 
 def _sort_by_target(edge_index: Tensor, num_src: int) -> Tensor:
     key = edge_index[1].to(torch.int64) * max(int(num_src), 1) + edge_index[0].to(torch.int64)
-    perm = torch.argsort(key)
+    perm = argsort_keys(key)[1]
     return edge_index[:, perm].to(torch.long)
 
 
@@ -152,7 +153,7 @@ class NeighborhoodPlan:
         ei = edge_index.to(torch.long)
         E = ei.shape[1]
         key = ei[1] if keep_order else ei[1] * max(int(num_src), 1) + ei[0]
-        perm = torch.argsort(key, stable=True)
+        perm = argsort_keys(key)[1]
         src_sorted = ei[0, perm]
         dst_sorted = ei[1, perm]
         deg = torch.bincount(dst_sorted, minlength=num_dst)
@@ -199,7 +200,7 @@ class NeighborhoodPlan:
         # CSR (num_src x E_p) summing per-edge gradient rows (non-shared edges, in block order) into
         # their sources: one sparse-dense matmul instead of a slow scatter (index_add_) on CPU
         edge_src = torch.cat([b.src.reshape(-1) for b in self.blocks]) if self.blocks else self.inv.new_empty(0)
-        order = torch.argsort(edge_src, stable=True)
+        order = argsort_keys(edge_src)[1]
         crow = torch.zeros(self.num_src + 1, dtype=torch.long, device=self.inv.device)
         crow[1:] = torch.cumsum(torch.bincount(edge_src, minlength=self.num_src), 0)
         self._src_crow, self._src_col = crow, order

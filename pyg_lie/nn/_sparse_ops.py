@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .._sort import argsort_keys
+
 __all__ = ["CSRStructure", "sddmm", "spmm"]
 
 
@@ -56,7 +58,7 @@ class CSRStructure:
         key = dst * num_nodes + src
         perm = None
         if key.numel() > 1 and bool((key[1:] < key[:-1]).any()):
-            perm = torch.argsort(key)
+            perm = argsort_keys(key)[1]
             src, dst = src[perm], dst[perm]
         crow = torch.zeros(num_nodes + 1, dtype=torch.long, device=dst.device)
         deg = torch.bincount(dst, minlength=num_nodes)
@@ -69,7 +71,7 @@ class CSRStructure:
         return cls(perm, dst, src, crow, num_nodes, degree, complete)
 
     def _build_transpose(self) -> None:
-        self.perm_t = torch.argsort(self.col, stable=True)  # stable: (src, dst) order, dst already sorted
+        self.perm_t = argsort_keys(self.col * self.num_nodes + self.row)[1]  # (src, dst) order
         self.crow_t = torch.zeros(self.num_nodes + 1, dtype=torch.long, device=self.col.device)
         self.crow_t[1:] = torch.cumsum(torch.bincount(self.col, minlength=self.num_nodes), 0)
         self.col_t = self.row[self.perm_t]

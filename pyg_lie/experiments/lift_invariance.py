@@ -17,11 +17,9 @@ quartiles of ``e`` over ``seeds`` models x ``clouds`` clouds x ``elements`` grou
 elements (and the median relative error ``||f(ux) - f(x)|| / ||f(x)||``).  Every
 ``K`` sees the same models, clouds and elements; only the lift samples differ.
 
-This is a property of the architecture, not of training: a model trained with
-one lift sample and evaluated with more sees sibling lifts of its own point
-(zero translation, non-zero rotation) that never occur in training, and its
-error need not fall with ``K`` (``pyg-lie train constellation`` records that
-trained-weights curve too; see docs/lie_transformer.md).
+This is a property of the architecture, not of training: weights trained with one
+lift count and evaluated with another need not follow it (``pyg-lie train
+constellation`` records that trained-weights curve; see docs/lie_transformer.md).
 
 Writes ``results.json``, ``results.md`` and ``invariance_vs_lifts.png`` to ``--out``.
 """

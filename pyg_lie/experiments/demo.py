@@ -5,6 +5,8 @@
 2. Neighbourhood search: a batched radius graph, with each backend's time.
 3. If the LieTransformer is available: a short constellation-counting run
    (train, test on D, T2- and SE2-transformed test sets, invariance error).
+4. The Haar-lift invariance error of freshly initialised models against the
+   number of lift samples (the paper's Figure 3, left).
 """
 from __future__ import annotations
 
@@ -77,4 +79,11 @@ def main(args: argparse.Namespace) -> int:
         if hasattr(constellation, "run_demo"):
             print("== 3. LieTransformer on constellation counting (short run) ==")
             constellation.run_demo(args.out)
+    if importlib.util.find_spec("pyg_lie.experiments.lift_invariance") is not None:
+        import os
+
+        from pyg_lie.experiments import lift_invariance
+
+        print("\n== 4. Invariance error vs Haar lift samples at initialisation (paper Fig. 3 left) ==")
+        lift_invariance.run_demo(os.path.join(args.out, "invariance_at_init"))
     return 0

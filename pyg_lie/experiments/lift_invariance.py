@@ -29,12 +29,13 @@ import argparse
 import contextlib
 import json
 import os
+import time
 from typing import Dict, Iterator, List, Optional, Sequence
 
 import torch
 from torch import Tensor
 
-__all__ = ["add_arguments", "main", "lift_invariance_curve", "swapped_lift"]
+__all__ = ["add_arguments", "main", "run_demo", "lift_invariance_curve", "swapped_lift"]
 
 #: the official diagnostic's model (``diagnostics/invariance_error.py``)
 DIAGNOSTIC_ARCH = {"hidden": 8, "layers": 1, "heads": 2, "kernel_dim": 2}
@@ -176,7 +177,6 @@ def results_table(curve: Dict[str, list]) -> str:
 
 
 def main(args) -> Optional[int]:
-    import time
     torch.set_num_threads(max(1, args.threads))
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
@@ -201,3 +201,11 @@ def main(args) -> Optional[int]:
           f"({curve['seconds']:.0f} s)")
     print(f"wrote {args.out}/results.md, results.json, invariance_vs_lifts.png")
     return 0
+
+
+def run_demo(out_dir: str) -> None:
+    """A few-second version for ``pyg-lie demo``: K = 1 .. 16, 6 models x 3 clouds x 6 elements."""
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    main(p.parse_args(["--lifts", "1", "2", "4", "8", "16", "--seeds", "6", "--clouds", "3", "--elements", "6",
+                       "--threads", str(torch.get_num_threads()), "--no-progress", "--out", out_dir]))

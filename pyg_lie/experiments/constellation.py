@@ -225,20 +225,13 @@ def plot_invariance(curve: Dict[str, list], path: str, title: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from .lift_invariance import save_lift_plot
     fig, ax = plt.subplots(figsize=(5, 3.6))
     for mode, label in (("haar", "Haar lift samples"), ("finite", "finite C_K lift")):
         vals = [max(v, 1e-12) for v in curve[mode]]
         ax.plot(curve["lifts"], vals, marker="o", label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("number of lift samples K")
-    ax.set_ylabel("SE(2) invariance error")
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_lift_plot(fig, ax, path, "SE(2) invariance error", title)
 
 
 def plot_curves(rows: List[Dict[str, float]], path: str, title: str) -> None:

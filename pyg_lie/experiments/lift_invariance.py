@@ -147,6 +147,21 @@ def is_monotone(curve: Dict[str, list], key: str = "linf") -> bool:
     return all(b < a for a, b in zip(med, med[1:]))
 
 
+def save_lift_plot(fig, ax, path: str, ylabel: str, title: str) -> None:
+    """Shared styling of the error-vs-K plots (log-log, base-2 K axis), saved to ``path``."""
+    import matplotlib.pyplot as plt
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("number of lift samples K")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def plot(curve: Dict[str, list], path: str, title: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -154,19 +169,10 @@ def plot(curve: Dict[str, list], path: str, title: str) -> None:
     K = curve["lifts"]
     q = list(zip(*curve["linf"]))
     fig, ax = plt.subplots(figsize=(5, 3.6))
-    ax.plot(K, q[1], marker="o", label="median")
+    ax.plot(K, q[1], marker="o", label="median (Haar lifts)")
     ax.fill_between(K, q[0], q[2], alpha=0.25, label="interquartile range")
     ax.plot(K, [q[1][0] * (k / K[0]) ** -0.5 for k in K], ls="--", color="gray", label=r"$\propto K^{-1/2}$")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("number of Haar lift samples K")
-    ax.set_ylabel(r"invariance error ($\ell^\infty$, logits)")
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_lift_plot(fig, ax, path, r"invariance error ($\ell^\infty$, logits)", title)
 
 
 def results_table(curve: Dict[str, list]) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import time
 
 import torch
@@ -80,8 +81,6 @@ def main(args: argparse.Namespace) -> int:
             print("== 3. LieTransformer on constellation counting (short run) ==")
             constellation.run_demo(args.out)
     if importlib.util.find_spec("pyg_lie.experiments.lift_invariance") is not None:
-        import os
-
         from pyg_lie.experiments import lift_invariance
 
         print("\n== 4. Invariance error vs Haar lift samples at initialisation (paper Fig. 3 left) ==")

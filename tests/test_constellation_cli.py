@@ -116,3 +116,25 @@ def test_max_points_matches_the_templates():
     from pyg_lie.datasets.constellation import official_templates, templates
     for variant, temps in (("uniform", templates), ("official", official_templates)):
         assert exp.MAX_POINTS[variant] == 2 * sum(len(t) for t in temps().values())
+
+
+def test_init_from_loads_weights_with_a_fresh_schedule(tmp_path):
+    import torch
+    base = ["--group", "T2", "--num-train", "32", "--num-test", "8", "--hidden", "16", "--layers", "1",
+            "--heads", "2", "--kernel-dim", "4", "--batch-size", "16", "--invariance-lifts",
+            "--invariance-clouds", "4", "--no-progress"]
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    assert exp.main(_args(base + ["--epochs", "2", "--lr", "1e-2", "--out", a])) == 0
+    # lr 0: Adam leaves the loaded weights as they are, so b ends with a's weights
+    assert exp.main(_args(base + ["--epochs", "1", "--lr", "0", "--seed", "5", "--out", b,
+                                  "--init-from", os.path.join(a, "checkpoint.pt")])) == 0
+    wa = torch.load(os.path.join(a, "checkpoint.pt"), weights_only=False)
+    wb = torch.load(os.path.join(b, "checkpoint.pt"), weights_only=False)
+    assert wb["epoch"] == 0  # a fresh run, not a continuation of a's two epochs
+    for k, v in wa["model"].items():
+        assert torch.equal(v, wb["model"][k]), k
+    with pytest.raises(ValueError, match="different architecture"):
+        exp.main(_args(base + ["--hidden", "8", "--epochs", "1", "--out", str(tmp_path / "c"),
+                               "--init-from", os.path.join(a, "checkpoint.pt")]))
+    with pytest.raises(ValueError, match="does not exist"):
+        exp.main(_args(base + ["--epochs", "1", "--out", str(tmp_path / "d"), "--init-from", "nope.pt"]))

@@ -85,6 +85,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="model init / data order seed")
     p.add_argument("--out", default="runs/constellation", help="output folder")
     p.add_argument("--resume", default=None, help="checkpoint to continue from")
+    p.add_argument("--init-from", default=None,
+                   help="checkpoint whose model weights start this run, with a fresh optimiser and "
+                        "schedule (a warm restart; the architecture arguments must match)")
     p.add_argument("--no-progress", action="store_true", help="disable tqdm bars")
 
 
@@ -277,6 +280,20 @@ def results_table(res: Dict) -> str:
     return "\n".join(lines)
 
 
+def _init_from(model: torch.nn.Module, path: str) -> None:
+    """Load the model weights of checkpoint ``path`` (``--init-from``)."""
+    if not os.path.isfile(path):
+        raise ValueError(f"--init-from: checkpoint {path!r} does not exist")
+    state = torch.load(path, map_location="cpu", weights_only=False)["model"]
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        raise ValueError(f"--init-from: {path!r} holds a different architecture (pass the same --group, "
+                         f"--hidden, --layers, --heads, --kernel-dim, --mlp-ratio, --features as its run): "
+                         f"{str(err).splitlines()[0]}") from None
+    print(f"model weights from {path}")
+
+
 def main(args) -> int:
     from torch_geometric.loader import DataLoader
 
@@ -291,6 +308,8 @@ def main(args) -> int:
     data = Constellation.splits(args.num_train, args.num_test, seed=args.data_seed, variant=args.data)
     model = build_model(args).to(env.device)
     nparams = sum(p.numel() for p in model.parameters())
+    if args.init_from is not None and args.resume is None:
+        _init_from(model, args.init_from)
     print(f"{model!r}\n{nparams} parameters; train {len(data['train'])}, test {len(data['test'])} "
           f"(data {time.time() - t0:.1f} s)")
     opt = torch.optim.Adam(model.parameters(), lr=args.lr, betas=tuple(args.betas))

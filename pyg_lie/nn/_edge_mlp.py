@@ -28,8 +28,12 @@ from ..groups.base import _is_compiling
 
 __all__ = ["edge_mlp", "EDGE_CHUNK"]
 
-#: rows per block: 16384 x 16 floats = 1 MiB of activations per layer, about the L2 caches of two cores
-EDGE_CHUNK = 16384
+#: rows per block: 4096 x 16 floats = 256 KiB of activations per layer. Larger blocks were as
+#: fast in isolation, but their MiB-sized temporaries make glibc's malloc hand memory back to
+#: the OS and fault it in again every step (T(2), 1024 points, 32-neighbourhoods: 1000-3300
+#: page faults per forward+backward with 16384 rows, 70-500 with 4096, 28-31 -> 23-25 ms on one
+#: thread; unchanged on the other benchmark configurations)
+EDGE_CHUNK = 4096
 
 
 def _layers(mlp: Sequential) -> bool:

@@ -59,7 +59,7 @@ class CSRStructure:
         perm = None
         if key.numel() > 1 and bool((key[1:] < key[:-1]).any()):
             perm = argsort_keys(key)[1]
-            src, dst = src[perm], dst[perm]
+            src, dst = src.index_select(0, perm), dst.index_select(0, perm)
         crow = torch.zeros(num_nodes + 1, dtype=torch.long, device=dst.device)
         deg = torch.bincount(dst, minlength=num_nodes)
         crow[1:] = torch.cumsum(deg, 0)
@@ -74,7 +74,7 @@ class CSRStructure:
         self.perm_t = argsort_keys(self.col * self.num_nodes + self.row)[1]  # (src, dst) order
         self.crow_t = torch.zeros(self.num_nodes + 1, dtype=torch.long, device=self.col.device)
         self.crow_t[1:] = torch.cumsum(torch.bincount(self.col, minlength=self.num_nodes), 0)
-        self.col_t = self.row[self.perm_t]
+        self.col_t = self.row.index_select(0, self.perm_t)
 
     def _csr(self, values: Tensor, transpose: bool = False) -> Tensor:
         n = self.num_nodes
@@ -82,8 +82,9 @@ class CSRStructure:
             self._build_transpose()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
-            if transpose:
-                return torch.sparse_csr_tensor(self.crow_t, self.col_t, values[self.perm_t], (n, n))
+            if transpose:  # index_select: 4x faster than values[perm_t] for 1-D values on CPU
+                return torch.sparse_csr_tensor(self.crow_t, self.col_t, values.index_select(0, self.perm_t),
+                                               (n, n))
             return torch.sparse_csr_tensor(self.crow, self.col, values, (n, n))
 
 

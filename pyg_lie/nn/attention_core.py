@@ -12,6 +12,8 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import scatter, softmax
 
+__all__ = ["edge_attention", "dense_edge_attention"]
+
 
 def edge_attention(
     score: Tensor,
@@ -29,13 +31,17 @@ def edge_attention(
         normalization: ``"softmax"`` (``exp(s_ij) / sum_j exp(s_ij)``) or
             ``"mean"`` (constant normalisation ``s_ij / |N(i)|``, the
             LieTransformer's choice for Hamiltonian dynamics).
-        ptr: optional CSR pointer of targets when edges are sorted by target.
+        ptr: ``(num_nodes + 1,)`` CSR pointer of the targets when the edges are sorted
+            by target (``index`` non-decreasing); then the reductions are segment
+            reductions instead of scatters (see :class:`_SortedSoftmax`).
 
     Returns:
         ``(E, H)`` attention weights.
     """
+    if ptr is not None and score.numel() > 0:
+        return _sorted_edge_attention(score, index, ptr, normalization)
     if normalization == "softmax":
-        return softmax(score, index, ptr=ptr, num_nodes=num_nodes, dim=0)
+        return softmax(score, index, num_nodes=num_nodes, dim=0)
     if normalization in ("mean", "constant"):
         ones = torch.ones_like(index, dtype=score.dtype)
         deg = scatter(ones, index, dim=0, dim_size=num_nodes, reduce="sum")
@@ -57,3 +63,65 @@ def dense_edge_attention(score: Tensor, dim: int = 1, normalization: str = "soft
     if normalization in ("mean", "constant"):
         return score / max(score.shape[dim], 1)
     raise ValueError(f"normalization must be 'softmax' or 'mean', got {normalization!r}")
+
+
+class _SortedSoftmax(torch.autograd.Function):
+    r"""Softmax over segments of target-sorted edges, ``score (E, H)`` or ``(H, E)``
+    (edges along ``axis``), with the closed-form backward
+    ``ds = w (g - sum_{j in N(i)} g_j w_j)``.
+
+    Segment max and sums (``torch.segment_reduce`` on the CSR pointer) replace the
+    scatters of the generic path, and the backward is three elementwise passes
+    and one segment sum instead of autograd through five scatter/gather ops
+    (T(2), 30k edges x 4 heads, one thread: 0.75 ms against 1.5 ms forward +
+    backward). The max shift keeps every ``exp`` at most 1 and every segment sum
+    at least 1, so no NaN for finite scores. ``segment_reduce`` has no double
+    backward, so when a differentiable backward is asked for (``create_graph``)
+    the gradient is recomputed from the scatter softmax under autograd instead.
+    """
+
+    @staticmethod
+    def forward(ctx, score: Tensor, index: Tensor, ptr: Tensor, axis: int) -> Tensor:
+        offsets = ptr if axis == 0 else ptr.expand(score.shape[0], ptr.numel()).contiguous()
+        m = torch.segment_reduce(score, "max", offsets=offsets, axis=axis, unsafe=True)
+        e = (score - m.index_select(axis, index)).exp_()
+        z = torch.segment_reduce(e, "sum", offsets=offsets, axis=axis, unsafe=True)
+        w = e.div_(z.index_select(axis, index))
+        ctx.axis = axis
+        ctx.save_for_backward(score, w, index, offsets)
+        return w
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        score, w, index, offsets = ctx.saved_tensors
+        axis = ctx.axis
+        if torch.is_grad_enabled():  # create_graph=True: differentiable recomputation
+            n = offsets.shape[-1] - 1
+            w = softmax(score, index, num_nodes=n, dim=axis)
+            t = scatter(g * w, index, dim=axis, dim_size=n, reduce="sum")
+            return w * (g - t.index_select(axis, index)), None, None, None
+        gw = g * w
+        t = torch.segment_reduce(gw, "sum", offsets=offsets, axis=axis, unsafe=True)
+        return gw.sub_(w * t.index_select(axis, index)), None, None, None
+
+
+def _sorted_edge_attention(score: Tensor, index: Tensor, ptr: Tensor, normalization: str) -> Tensor:
+    """:func:`edge_attention` on target-sorted edges with CSR pointer ``ptr``; works in
+    the memory order of ``score``: an ``(E, H)`` view of ``(H, E)`` storage (heads-first
+    layout) is reduced along the contiguous axis, without a transposed copy."""
+    shape = score.shape
+    s = score.reshape(shape[0], -1)
+    heads_first = s.shape[1] > 1 and s.t().is_contiguous()
+    if heads_first:
+        s = s.t()  # (H, E), contiguous
+    elif not s.is_contiguous():
+        s = s.contiguous()
+    axis = 1 if heads_first else 0
+    if normalization == "softmax":
+        w = _SortedSoftmax.apply(s, index, ptr, axis)
+    elif normalization in ("mean", "constant"):
+        inv = 1.0 / (ptr[1:] - ptr[:-1]).clamp(min=1).to(s.dtype)
+        w = s * inv.index_select(0, index).unsqueeze(0 if heads_first else 1)
+    else:
+        raise ValueError(f"normalization must be 'softmax' or 'mean', got {normalization!r}")
+    return (w.t() if heads_first else w).reshape(shape)

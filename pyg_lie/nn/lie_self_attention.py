@@ -233,8 +233,8 @@ class LieSelfAttention(MessagePassing):
         else:
             kc = (self.lcl_q(q.reshape(N, H * D))[dst] + self.lcl_k(k.reshape(N, H * D))[src]).t()
         # kc.t() leads the elementwise combination, so the scores keep its (H, E) memory
-        # order; ptr=None: the segment-reduce path has no double backward in torch
-        w = self._attention(kc.t(), loc, dst, N, ptr=None, degree=csr.degree).t().contiguous()  # (H, E)
+        # order, and the sorted-edge normalisation reduces along it
+        w = self._attention(kc.t(), loc, dst, N, ptr=csr.crow, degree=csr.degree).t().contiguous()  # (H, E)
         alpha = w.t()
         if self.training and self.dropout > 0:
             w = torch.nn.functional.dropout(w, p=self.dropout, training=True)

@@ -55,13 +55,25 @@ def _forward(x: Tensor, params: Sequence[Tensor]) -> Tensor:
 
 
 class _ChunkedEdgeMLP(torch.autograd.Function):
+    # Every block writes into buffers allocated once per call (``out=`` variants): fresh
+    # per-block temporaries made glibc return and re-fault their pages on every block.
     @staticmethod
     def forward(ctx, x: Tensor, chunk: int, *params: Tensor) -> Tensor:
         ctx.chunk = chunk
         ctx.save_for_backward(x, *params)
-        out = x.new_empty(x.shape[0], params[-2].shape[0])
-        for s in range(0, x.shape[0], chunk):
-            out[s:s + chunk] = _forward(x[s:s + chunk], params)
+        n, E = len(params) // 2, x.shape[0]
+        out = x.new_empty(E, params[-2].shape[0])
+        rows = min(chunk, E)
+        hidden = [x.new_empty(rows, params[2 * i].shape[0]) for i in range(n - 1)]
+        for s in range(0, E, chunk):
+            r = min(chunk, E - s)
+            h = x[s:s + r]
+            for i in range(n):
+                z = out[s:s + r] if i == n - 1 else hidden[i][:r]
+                torch.addmm(params[2 * i + 1], h, params[2 * i].t(), out=z)
+                if i < n - 1:
+                    F.silu(z, inplace=True)
+                h = z
         return out
 
     @staticmethod
@@ -73,27 +85,32 @@ class _ChunkedEdgeMLP(torch.autograd.Function):
             grads = iter(torch.autograd.grad(_forward(x, params), inputs, grad_out, create_graph=True))
             gx = next(grads) if needs[0] else None
             return (gx, None, *[next(grads) if need else None for need in needs[2:]])
-        n, chunk = len(params) // 2, ctx.chunk
+        n, chunk, E = len(params) // 2, ctx.chunk, x.shape[0]
+        rows = min(chunk, E)
+        widths = [params[2 * i].shape[0] for i in range(n)]
+        pre = [x.new_empty(rows, w) for w in widths[:-1]]    # pre-activations z_i
+        act = [x.new_empty(rows, w) for w in widths[:-1]]    # silu(z_i), the inputs of layer i + 1
+        g_act = [x.new_empty(rows, w) for w in widths[:-1]]  # d/d silu(z_i)
+        g_pre = [x.new_empty(rows, w) for w in widths[:-1]]  # d/d z_i
         gx = torch.empty_like(x) if needs[0] else None
         gp: List[Tensor] = [torch.zeros_like(p) for p in params]
-        for s in range(0, x.shape[0], chunk):
-            acts, pre = [x[s:s + chunk]], []
-            for i in range(n):  # recompute the block's activations
-                z = F.linear(acts[-1], params[2 * i], params[2 * i + 1])
-                if i < n - 1:
-                    pre.append(z)
-                    z = F.silu(z)
-                acts.append(z)
-            g = grad_out[s:s + chunk]
+        for s in range(0, E, chunk):
+            r = min(chunk, E - s)
+            h = x[s:s + r]
+            for i in range(n - 1):  # recompute the block's activations
+                torch.addmm(params[2 * i + 1], h, params[2 * i].t(), out=pre[i][:r])
+                torch.ops.aten.silu.out(pre[i][:r], out=act[i][:r])
+                h = act[i][:r]
+            g = grad_out[s:s + r]
             for i in reversed(range(n)):
                 if i < n - 1:  # g * silu'(z), one fused kernel
-                    g = torch.ops.aten.silu_backward(g, pre[i])
-                gp[2 * i].addmm_(g.t(), acts[i])
+                    g = torch.ops.aten.silu_backward.grad_input(g, pre[i][:r], grad_input=g_pre[i][:r])
+                gp[2 * i].addmm_(g.t(), act[i - 1][:r] if i else x[s:s + r])
                 gp[2 * i + 1].add_(g.sum(0))
-                if i or gx is not None:
-                    g = g @ params[2 * i]
-            if gx is not None:
-                gx[s:s + chunk] = g
+                if i:
+                    g = torch.mm(g, params[2 * i], out=g_act[i - 1][:r])
+                elif gx is not None:
+                    torch.mm(g, params[0], out=gx[s:s + r])
         return (gx, None, *[g if need else None for g, need in zip(gp, needs[2:])])
 
 

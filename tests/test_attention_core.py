@@ -72,5 +72,7 @@ def test_empty_edge_set_and_bad_normalisation():
     dst, ptr, _ = _graph()
     with pytest.raises(ValueError, match="normalization"):
         edge_attention(torch.randn(dst.numel(), 2), dst, 7, "max", ptr=ptr)
+    with pytest.raises(ValueError, match="ptr must be the CSR pointer"):
+        edge_attention(torch.randn(dst.numel(), 2), dst, 6, ptr=ptr)
     with pytest.raises(ValueError, match="normalization"):
         dense_edge_attention(torch.randn(3, 4), normalization="max")

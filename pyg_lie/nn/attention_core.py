@@ -18,7 +18,7 @@ __all__ = ["edge_attention", "dense_edge_attention"]
 def edge_attention(
     score: Tensor,
     index: Tensor,
-    num_nodes: int,
+    num_nodes: Optional[int],
     normalization: str = "softmax",
     ptr: Optional[Tensor] = None,
 ) -> Tensor:
@@ -27,7 +27,7 @@ def edge_attention(
     Args:
         score: ``(E, H)`` (or ``(E,)``) unnormalised scores.
         index: ``(E,)`` target node of each edge (``edge_index[1]``).
-        num_nodes: number of target nodes.
+        num_nodes: number of target nodes (``None``: from ``ptr``, else ``index.max() + 1``).
         normalization: ``"softmax"`` (``exp(s_ij) / sum_j exp(s_ij)``) or
             ``"mean"`` (constant normalisation ``s_ij / |N(i)|``, the
             LieTransformer's choice for Hamiltonian dynamics).
@@ -38,8 +38,14 @@ def edge_attention(
     Returns:
         ``(E, H)`` attention weights.
     """
-    if ptr is not None and score.numel() > 0:
-        return _sorted_edge_attention(score, index, ptr, normalization)
+    if ptr is not None:
+        if num_nodes is None:
+            num_nodes = ptr.numel() - 1
+        if ptr.dim() != 1 or ptr.numel() != num_nodes + 1:
+            raise ValueError(f"ptr must be the CSR pointer of the targets, shape ({num_nodes + 1},) "
+                             f"(num_nodes + 1), got {tuple(ptr.shape)}")
+        if score.numel() > 0:
+            return _sorted_edge_attention(score, index, ptr, normalization)
     if normalization == "softmax":
         return softmax(score, index, num_nodes=num_nodes, dim=0)
     if normalization in ("mean", "constant"):

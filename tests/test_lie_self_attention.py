@@ -274,3 +274,14 @@ def test_complete_detection():
                         torch.cartesian_prod(torch.arange(5), torch.arange(5)).t() + 3], 1)
     s = CSRStructure.build(uneven, 8)
     assert s.degree == 0 and not s.complete
+
+
+@pytest.mark.parametrize("n, degree, K", [(300, 8.0, 1), (128, 4.0, 4)])
+def test_benchmark_clouds_have_the_stated_mean_degree(n, degree, K):
+    """The benchmark's "32-neighbourhoods" must hold 32 lifted neighbours on average, as the
+    official code's 32 nearest neighbours do (not fewer, which would flatter the timing)."""
+    from pyg_lie.benchmarks.lie_self_attention import _cloud
+    from pyg_lie.nn.lifted_edges import lifted_edges
+    pos, r = _cloud(n, 1, degree, torch.Generator().manual_seed(3))
+    ei = lifted_edges(pos, None, K, r)
+    assert abs(ei.size(1) / (n * K) - degree * K) < 0.02 * degree * K

@@ -94,14 +94,23 @@ def _peak_kb() -> int:
 
 
 def _cloud(n: int, num_clouds: int, degree: Optional[float], gen: torch.Generator):
-    """``num_clouds`` clouds of ``n`` points; uniform in a square whose side gives
-    about ``degree`` neighbours within radius 1 (``degree=None``: randn, all pairs)."""
+    """``num_clouds`` clouds of ``n`` points (``degree=None``: randn, all pairs), or
+    uniform in a square of area ``n pi / degree`` with the radius at which the mean
+    in-degree, self loop included, is exactly ``degree`` (the ``(degree - 1) n``-th
+    smallest distance between distinct points of a cloud), so that "32-neighbourhoods"
+    hold 32 points on average as the official code's 32 nearest neighbours do."""
     if degree is None:
         pos = torch.randn(num_clouds * n, 2, generator=gen)
         return pos, None
     side = math.sqrt(n * math.pi / degree)
     pos = torch.rand(num_clouds * n, 2, generator=gen) * side
-    return pos, 1.0
+    pairs = []
+    for c in range(num_clouds):
+        d = torch.cdist(pos[c * n:(c + 1) * n].double(), pos[c * n:(c + 1) * n].double())
+        pairs.append(d[~torch.eye(n, dtype=torch.bool)])
+    k = round((degree - 1) * n * num_clouds)
+    radius = float(torch.cat(pairs).kthvalue(k).values) if k > 0 else 0.0
+    return pos, radius
 
 
 def run_config(cfg: Dict) -> Dict:
@@ -256,7 +265,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", type=int, nargs="*", default=[64, 128, 256, 512, 1024, 2048, 4096],
                    help="points per cloud N")
     p.add_argument("--lifts", type=int, nargs="*", default=[1, 4], help="lift samples K (SE2)")
-    p.add_argument("--degree", type=float, default=8.0, help="mean base neighbours within the radius")
+    p.add_argument("--degree", type=float, default=8.0, help="mean base in-degree (self loop included); the radius is set to give exactly this")
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--dense-max-nodes", type=int, default=4096, help="skip dense above N K lifted nodes")
@@ -279,10 +288,10 @@ def _official_configs(threads: int, repeats: int) -> List[Dict]:
           for n in (512, 1024, 2048)],
         *[dict(c, name=f"SE2 K4 N{n} d64 L2 all", group="SE2", K=4, N=n, dim=64, layers=2, degree=None)
           for n in (128, 256, 512)],
-        # 32 lifted neighbours on average: base degree 32 / K (self included)
-        *[dict(c, name=f"T2 N{n} d64 L2 nbhd32", group="T2", K=1, N=n, dim=64, layers=2, degree=31.0)
+        # 32 lifted neighbours on average: base in-degree 32 / K (self included)
+        *[dict(c, name=f"T2 N{n} d64 L2 nbhd32", group="T2", K=1, N=n, dim=64, layers=2, degree=32.0)
           for n in (1024, 2048)],
-        dict(c, name="SE2 K4 N512 d64 L2 nbhd32", group="SE2", K=4, N=512, dim=64, layers=2, degree=7.0),
+        dict(c, name="SE2 K4 N512 d64 L2 nbhd32", group="SE2", K=4, N=512, dim=64, layers=2, degree=8.0),
     ]
 
 

@@ -265,7 +265,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", type=int, nargs="*", default=[64, 128, 256, 512, 1024, 2048, 4096],
                    help="points per cloud N")
     p.add_argument("--lifts", type=int, nargs="*", default=[1, 4], help="lift samples K (SE2)")
-    p.add_argument("--degree", type=float, default=8.0, help="mean base in-degree (self loop included); the radius is set to give exactly this")
+    p.add_argument("--degree", type=float, default=8.0,
+                   help="mean base in-degree (self loop included); the radius is set to give exactly this")
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--dense-max-nodes", type=int, default=4096, help="skip dense above N K lifted nodes")

@@ -4,8 +4,8 @@ A LieTransformer-SE2 trained with one Haar lift sample and evaluated with ``K > 
 in every neighbourhood, the other ``K - 1`` lifts of the query's own point (zero
 translation, non-zero rotation): location-kernel inputs that never occur in training.
 This script evaluates a ``pyg-lie train constellation`` checkpoint's SE(2) invariance
-error against ``K`` (Haar and finite ``C_K`` lifts) twice: with all lifted edges, and with
-those sibling edges removed (self-loops kept). See docs/lie_transformer.md.
+error and its accuracy against ``K`` (Haar and finite ``C_K`` lifts) twice: with all lifted
+edges, and with those sibling edges removed (self-loops kept). See docs/lie_transformer.md.
 
     python examples/constellation_sibling_lifts.py --run runs/constellation_SE2_official
 """
@@ -53,13 +53,16 @@ def main() -> None:
     model.load_state_dict(ck["model"])
     test = Constellation.splits(1, args.clouds, seed=train_args.data_seed,
                                 variant=getattr(train_args, "data", "uniform"))["test"]
-    print(f"{args.run}: SE(2) invariance error (Haar / C_K) on {args.clouds} test clouds")
-    print("| edges | " + " | ".join(f"K={k}" for k in args.lifts) + " |")
-    print("|---|" + "---|" * len(args.lifts))
+    print(f"{args.run}: SE(2) invariance error and accuracy (Haar / C_K lifts) on {args.clouds} test clouds")
+    print("| edges | | " + " | ".join(f"K={k}" for k in args.lifts) + " |")
+    print("|---|---|" + "---|" * len(args.lifts))
     for name, ctx in (("all lifted edges", contextlib.nullcontext), ("without sibling lifts", without_sibling_edges)):
         with ctx():
             c = exp.invariance_curve(model, test, args.lifts, args.clouds)
-        print(f"| {name} | " + " | ".join(f"{h:.3f} / {f:.3f}" for h, f in zip(c["haar"], c["finite"])) + " |")
+        print(f"| {name} | invariance error | "
+              + " | ".join(f"{h:.3f} / {f:.3f}" for h, f in zip(c["haar"], c["finite"])) + " |")
+        print(f"| {name} | accuracy | "
+              + " | ".join(f"{h:.3f} / {f:.3f}" for h, f in zip(c["haar_acc"], c["finite_acc"])) + " |")
 
 
 if __name__ == "__main__":

@@ -48,6 +48,10 @@ def test_tiny_run_cosine_resume(tmp_path, features):
         res = json.load(f)
     assert res["epochs_done"] == 4
     assert 0.0 <= res["test"]["acc"] <= 1.0 and math.isfinite(res["inv_SE2"])
+    curve = res["invariance_curve"]
+    for mode in ("haar", "finite"):  # error and accuracy at every K of --invariance-lifts 1 2
+        assert len(curve[mode]) == len(curve[mode + "_acc"]) == 2
+        assert all(0.0 <= a <= 1.0 for a in curve[mode + "_acc"])
     assert os.path.isfile(os.path.join(out, "learning_curves.png"))
     assert os.path.isfile(os.path.join(out, "invariance_vs_lifts.png"))
 

@@ -212,15 +212,19 @@ def invariance_curve(model, dataset, lifts: List[int], num_clouds: int, device="
     """SE(2) invariance error of the *trained weights* with K Haar / C_K lifts (SE2 models).
 
     Unlike the paper's Figure 3 (left), which measures freshly initialised models
-    (``pyg-lie invariance``), the weights here were trained with one lift count.
+    (``pyg-lie invariance``), the weights here were trained with one lift count; the
+    accuracy on the same clouds (``haar_acc``, ``finite_acc``) shows whether the model
+    still works at each K (trained with K = 1, it does not at K >= 2: see the docs).
     """
     from .lift_invariance import swapped_lift
     net = getattr(model, "net", model)  # the LieTransformer inside a DistanceFeatureModel
-    out = {"lifts": list(lifts), "haar": [], "finite": []}
+    sub = dataset[: min(num_clouds, len(dataset))]
+    out = {"lifts": list(lifts), "haar": [], "finite": [], "haar_acc": [], "finite_acc": []}
     for K in lifts:
         for mode in ("haar", "finite"):
             with swapped_lift(net, K, mode):
                 out[mode].append(invariance_error(model, dataset, "SE2", num_clouds, device=device))
+                out[mode + "_acc"].append(evaluate_accuracy(model, sub, device=device)["acc"])
     return out
 
 
@@ -230,10 +234,16 @@ def plot_invariance(curve: Dict[str, list], path: str, title: str) -> None:
     import matplotlib.pyplot as plt
 
     from .lift_invariance import save_lift_plot
-    fig, ax = plt.subplots(figsize=(5, 3.6))
-    for mode, label in (("haar", "Haar lift samples"), ("finite", "finite C_K lift")):
+    fig, ax = plt.subplots(figsize=(5.6, 3.6))
+    acc_ax = ax.twinx()
+    for c, (mode, label) in enumerate((("haar", "Haar lift samples"), ("finite", "finite C_K lift"))):
         vals = [max(v, 1e-12) for v in curve[mode]]
-        ax.plot(curve["lifts"], vals, marker="o", label=label)
+        ax.plot(curve["lifts"], vals, marker="o", color=f"C{c}", label=label)
+        if curve.get(mode + "_acc"):
+            acc_ax.plot(curve["lifts"], curve[mode + "_acc"], ls="--", marker=".", color=f"C{c}",
+                        label=f"accuracy, {label}")
+    acc_ax.set_ylim(0, 1)
+    acc_ax.set_ylabel("accuracy (dashed)")
     save_lift_plot(fig, ax, path, "SE(2) invariance error", title)
 
 
@@ -382,6 +392,8 @@ def main(args) -> int:
         table += "\n\n| K | " + " | ".join(map(str, c["lifts"])) + " |\n|---|" + "---|" * len(c["lifts"])
         table += "\n| Haar | " + " | ".join(f"{v:.2e}" for v in c["haar"]) + " |"
         table += "\n| C_K | " + " | ".join(f"{v:.2e}" for v in c["finite"]) + " |"
+        table += "\n| accuracy, Haar | " + " | ".join(f"{v:.3f}" for v in c["haar_acc"]) + " |"
+        table += "\n| accuracy, C_K | " + " | ".join(f"{v:.3f}" for v in c["finite_acc"]) + " |"
     res["wall_time_s"] = time.time() - t0
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(res, f, indent=1)

@@ -28,12 +28,14 @@ from ..groups.base import _is_compiling
 
 __all__ = ["edge_mlp", "EDGE_CHUNK"]
 
-#: rows per block: 4096 x 16 floats = 256 KiB of activations per layer. Larger blocks were as
-#: fast in isolation, but their MiB-sized temporaries make glibc's malloc hand memory back to
-#: the OS and fault it in again every step (T(2), 1024 points, 32-neighbourhoods: 1000-3300
-#: page faults per forward+backward with 16384 rows, 70-500 with 4096, 28-31 -> 23-25 ms on one
-#: thread; unchanged on the other benchmark configurations)
-EDGE_CHUNK = 4096
+#: rows per block: 16384 x 16 floats = 1 MiB of activations per layer. The blocks write into
+#: buffers allocated once per call; with fresh per-block temporaries instead, glibc's malloc
+#: handed their pages back to the OS and faulted them in again on every block (T(2), 1024
+#: points, 32-neighbourhoods, one thread: 1000-3300 page faults and 27-31 ms per forward +
+#: backward). With the buffers, 2 threads: 4096 / 8192 / 16384 / 32768 rows took 245-284 /
+#: 232-246 / 223-232 / 223-225 ms on SE(2), 4 lifts, 32 x 32 points and 15.3-16.6 ms for all
+#: sizes on that T(2) configuration
+EDGE_CHUNK = 16384
 
 
 def _layers(mlp: Sequential) -> bool:

@@ -56,6 +56,25 @@ def _forward(x: Tensor, params: Sequence[Tensor]) -> Tensor:
     return h
 
 
+def _hidden_buffers(x: Tensor, params: Sequence[Tensor], rows: int) -> List[Tensor]:
+    """One ``(rows, width_i)`` buffer per hidden layer."""
+    return [x.new_empty(rows, params[2 * i].shape[0]) for i in range(len(params) // 2 - 1)]
+
+
+def _hidden(h: Tensor, params: Sequence[Tensor], act: List[Tensor], pre: Optional[List[Tensor]] = None) -> Tensor:
+    """The hidden layers of one block, written into ``act[i] = silu(z_i)`` and ``pre[i] = z_i``
+    (``pre=None``: SiLU in place); returns the last linear map's input."""
+    for i, a in enumerate(act):
+        z = a if pre is None else pre[i]
+        torch.addmm(params[2 * i + 1], h, params[2 * i].t(), out=z)
+        if pre is None:
+            F.silu(z, inplace=True)
+        else:
+            torch.ops.aten.silu.out(z, out=a)
+        h = a
+    return h
+
+
 class _ChunkedEdgeMLP(torch.autograd.Function):
     # Every block writes into buffers allocated once per call (``out=`` variants): fresh
     # per-block temporaries made glibc return and re-fault their pages on every block.
@@ -63,19 +82,13 @@ class _ChunkedEdgeMLP(torch.autograd.Function):
     def forward(ctx, x: Tensor, chunk: int, *params: Tensor) -> Tensor:
         ctx.chunk = chunk
         ctx.save_for_backward(x, *params)
-        n, E = len(params) // 2, x.shape[0]
+        E = x.shape[0]
         out = x.new_empty(E, params[-2].shape[0])
-        rows = min(chunk, E)
-        hidden = [x.new_empty(rows, params[2 * i].shape[0]) for i in range(n - 1)]
+        hidden = _hidden_buffers(x, params, min(chunk, E))
         for s in range(0, E, chunk):
             r = min(chunk, E - s)
-            h = x[s:s + r]
-            for i in range(n):
-                z = out[s:s + r] if i == n - 1 else hidden[i][:r]
-                torch.addmm(params[2 * i + 1], h, params[2 * i].t(), out=z)
-                if i < n - 1:
-                    F.silu(z, inplace=True)
-                h = z
+            h = _hidden(x[s:s + r], params, [b[:r] for b in hidden])
+            torch.addmm(params[-1], h, params[-2].t(), out=out[s:s + r])
         return out
 
     @staticmethod
@@ -88,26 +101,19 @@ class _ChunkedEdgeMLP(torch.autograd.Function):
             gx = next(grads) if needs[0] else None
             return (gx, None, *[next(grads) if need else None for need in needs[2:]])
         n, chunk, E = len(params) // 2, ctx.chunk, x.shape[0]
-        rows = min(chunk, E)
-        widths = [params[2 * i].shape[0] for i in range(n)]
-        pre = [x.new_empty(rows, w) for w in widths[:-1]]    # pre-activations z_i
-        act = [x.new_empty(rows, w) for w in widths[:-1]]    # silu(z_i), the inputs of layer i + 1
-        g_act = [x.new_empty(rows, w) for w in widths[:-1]]  # d/d silu(z_i)
-        g_pre = [x.new_empty(rows, w) for w in widths[:-1]]  # d/d z_i
+        # pre-activations z_i, silu(z_i) (the inputs of layer i + 1), d/d silu(z_i), d/d z_i
+        pre, act, g_act, g_pre = (_hidden_buffers(x, params, min(chunk, E)) for _ in range(4))
         gx = torch.empty_like(x) if needs[0] else None
         gp: List[Tensor] = [torch.zeros_like(p) for p in params]
         for s in range(0, E, chunk):
             r = min(chunk, E - s)
-            h = x[s:s + r]
-            for i in range(n - 1):  # recompute the block's activations
-                torch.addmm(params[2 * i + 1], h, params[2 * i].t(), out=pre[i][:r])
-                torch.ops.aten.silu.out(pre[i][:r], out=act[i][:r])
-                h = act[i][:r]
+            a, z = [b[:r] for b in act], [b[:r] for b in pre]
+            _hidden(x[s:s + r], params, a, z)  # recompute the block's activations
             g = grad_out[s:s + r]
             for i in reversed(range(n)):
                 if i < n - 1:  # g * silu'(z), one fused kernel
-                    g = torch.ops.aten.silu_backward.grad_input(g, pre[i][:r], grad_input=g_pre[i][:r])
-                gp[2 * i].addmm_(g.t(), act[i - 1][:r] if i else x[s:s + r])
+                    g = torch.ops.aten.silu_backward.grad_input(g, z[i], grad_input=g_pre[i][:r])
+                gp[2 * i].addmm_(g.t(), a[i - 1] if i else x[s:s + r])
                 gp[2 * i + 1].add_(g.sum(0))
                 if i:
                     g = torch.mm(g, params[2 * i], out=g_act[i - 1][:r])

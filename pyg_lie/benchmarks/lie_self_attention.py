@@ -106,7 +106,8 @@ def _cloud(n: int, num_clouds: int, degree: Optional[float], gen: torch.Generato
     pos = torch.rand(num_clouds * n, 2, generator=gen) * side
     pairs = []
     for c in range(num_clouds):
-        d = torch.cdist(pos[c * n:(c + 1) * n].double(), pos[c * n:(c + 1) * n].double())
+        p = pos[c * n:(c + 1) * n].double()
+        d = torch.cdist(p, p)
         pairs.append(d[~torch.eye(n, dtype=torch.bool)])
     k = round((degree - 1) * n * num_clouds)
     radius = float(torch.cat(pairs).kthvalue(k).values) if k > 0 else 0.0

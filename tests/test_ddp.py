@@ -10,7 +10,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from pyg_lie.cli import build_parser
-from pyg_lie.training import DistEnv, MetricsLogger, fit, train_loader
+from pyg_lie.training import DistEnv, MetricsLogger, fit, load_weights, train_loader
 from pyg_lie.training.logging import read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,6 +62,21 @@ def test_checkpoint_resume_equivalence(tmp_path):
     assert [r["epoch"] for r in b] == [0, 1, 2, 3]
     assert [r["train_loss"] for r in a] == [r["train_loss"] for r in b]
     assert os.path.isfile(tmp_path / "b" / "learning_curves.png")
+
+
+def test_load_weights_copies_weights_and_leaves_rng_alone(tmp_path):
+    trained = _toy_fit(str(tmp_path / "a"), 2)
+    torch.manual_seed(3)
+    fresh = nn.Sequential(nn.Linear(3, 16), nn.Tanh(), nn.Dropout(0.3), nn.Linear(16, 1))
+    before = torch.get_rng_state()
+    load_weights(str(tmp_path / "a" / "checkpoint.pt"), fresh)
+    assert torch.equal(torch.get_rng_state(), before)  # unlike load_checkpoint, no saved RNG is restored
+    for p, q in zip(trained.parameters(), fresh.parameters()):
+        assert torch.equal(p, q)
+    with pytest.raises(ValueError, match="--warm: checkpoint 'nope.pt' does not exist"):
+        load_weights("nope.pt", fresh, "--warm")
+    with pytest.raises(ValueError, match="different architecture; same --width"):
+        load_weights(str(tmp_path / "a" / "checkpoint.pt"), nn.Linear(3, 1), hint="; same --width")
 
 
 def test_metrics_logger_columns(tmp_path):

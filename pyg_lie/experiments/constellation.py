@@ -292,15 +292,10 @@ def results_table(res: Dict) -> str:
 
 def _init_from(model: torch.nn.Module, path: str) -> None:
     """Load the model weights of checkpoint ``path`` (``--init-from``)."""
-    if not os.path.isfile(path):
-        raise ValueError(f"--init-from: checkpoint {path!r} does not exist")
-    state = torch.load(path, map_location="cpu", weights_only=False)["model"]
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as err:
-        raise ValueError(f"--init-from: {path!r} holds a different architecture (pass the same --group, "
-                         f"--hidden, --layers, --heads, --kernel-dim, --mlp-ratio, --features as its run): "
-                         f"{str(err).splitlines()[0]}") from None
+    from ..training import load_weights
+
+    load_weights(path, model, "--init-from", hint=" (pass the same --group, --hidden, --layers, --heads, "
+                 "--kernel-dim, --mlp-ratio, --features as its run)")
     print(f"model weights from {path}")
 
 

@@ -22,7 +22,7 @@ from torch import nn
 
 from .ddp import DistEnv, gather_objects, unwrap
 
-__all__ = ["rng_state", "set_rng_state", "save_checkpoint", "load_checkpoint"]
+__all__ = ["rng_state", "set_rng_state", "save_checkpoint", "load_checkpoint", "load_weights"]
 
 
 def rng_state() -> Dict[str, Any]:
@@ -97,3 +97,23 @@ def load_checkpoint(path: str, model: nn.Module, optimizer: Optional[torch.optim
     if rngs:
         set_rng_state(rngs[min(env.rank, len(rngs) - 1)])
     return ckpt
+
+
+def load_weights(path: str, model: nn.Module, flag: str = "--init-from", hint: str = "") -> None:
+    """Load only the model weights of checkpoint ``path`` (no optimiser, schedule or RNG state).
+
+    For warm restarts: a new run starts from trained weights with its own
+    optimiser, schedule and seed. ``flag`` names the option in error messages
+    and ``hint`` says what must match when the architectures differ.
+
+    Raises:
+        ValueError: ``path`` does not exist or holds weights of another architecture.
+    """
+    if not os.path.isfile(path):
+        raise ValueError(f"{flag}: checkpoint {path!r} does not exist")
+    state = torch.load(path, map_location="cpu", weights_only=False)["model"]
+    try:
+        unwrap(model).load_state_dict(state)
+    except RuntimeError as err:
+        raise ValueError(f"{flag}: {path!r} holds a different architecture{hint}: "
+                         f"{str(err).splitlines()[0]}") from None

@@ -4,7 +4,7 @@ import torch
 from torch.nn import GELU, Linear, Sequential, SiLU
 from torch.autograd import gradcheck, gradgradcheck
 
-from pyg_lie.nn._edge_mlp import _ChunkedEdgeMLP, edge_mlp
+from pyg_lie.nn._edge_mlp import _edge_mlp_op, edge_mlp
 from pyg_lie.nn.lie_self_attention import _mlp
 
 D = torch.float64
@@ -51,7 +51,7 @@ def test_gradcheck_and_double_backward():
     for m in mlp[::2]:
         params += [m.weight, m.bias]
     x = torch.randn(11, 3, dtype=D, requires_grad=True)
-    f = lambda x, *p: _ChunkedEdgeMLP.apply(x, 4, *p)  # noqa: E731
+    f = lambda x, *p: _edge_mlp_op(x, list(p), 4)  # noqa: E731
     assert gradcheck(f, (x, *params))
     assert gradgradcheck(f, (x, *params))
 
@@ -76,7 +76,39 @@ def test_fallbacks_run_the_module():
     assert edge_mlp(mlp, x, chunk=8).grad_fn.name() == mlp(x).grad_fn.name()
     small = _mlp(3, 8, 2, 3)
     assert edge_mlp(small, x, chunk=1000).grad_fn.name() == small(x).grad_fn.name()
-    assert "ChunkedEdgeMLP" in edge_mlp(small, x, chunk=8).grad_fn.name()
+    assert "edge_mlp" in edge_mlp(small, x, chunk=8).grad_fn.name()
+
+
+def test_custom_operators_pass_opcheck():
+    """Schema, fake (meta) implementation and autograd registration of the chunked MLP's
+    operators, as torch.compile relies on them."""
+    torch.manual_seed(5)
+    mlp = _mlp(3, 8, 2, 3).to(D)
+    params = [t for m in mlp[::2] for t in (m.weight, m.bias)]
+    x = torch.randn(20, 3, dtype=D, requires_grad=True)
+    torch.library.opcheck(torch.ops.pyg_lie.edge_mlp, (x, params, 6))
+    g = torch.randn(20, 2, dtype=D)
+    torch.library.opcheck(torch.ops.pyg_lie.edge_mlp_backward, (g, x.detach(), [p.detach() for p in params], 6, True))
+
+
+def test_compiled_matches_eager(monkeypatch):
+    """Under torch.compile the chunked operator is called as is (forward and backward kernels
+    both run): same values and gradients."""
+    import pyg_lie.nn._edge_mlp as em
+    calls = []
+    for name in ("_chunked_forward", "_chunked_backward"):
+        fn = getattr(em, name)
+        monkeypatch.setattr(em, name, lambda *a, _fn=fn, _name=name: calls.append(_name) or _fn(*a))
+    torch.manual_seed(6)
+    mlp = _mlp(3, 8, 2, 3).to(D)
+    x = torch.randn(100, 3, dtype=D)
+    ref = _grads(lambda t: edge_mlp(mlp, t, chunk=16), x, mlp)
+    f = torch.compile(lambda t: edge_mlp(mlp, t, chunk=16), backend="aot_eager", fullgraph=True)
+    calls.clear()
+    got = _grads(f, x, mlp)
+    assert calls == ["_chunked_forward", "_chunked_backward"]
+    for a, b in zip(ref, got):
+        assert torch.allclose(a, b, rtol=1e-12, atol=1e-13)
 
 
 @pytest.mark.parametrize("combine", ["additive", "mlp"])

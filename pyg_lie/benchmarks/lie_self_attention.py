@@ -130,10 +130,13 @@ def run_config(cfg: Dict) -> Dict:
     x = torch.ones(B * n, 1)
     out: Dict = {}
     t0 = time.perf_counter()
-    if cfg["impl"] == "model":
+    if cfg["impl"] in ("model", "model-compiled"):
         from ..models.lie_transformer import LieTransformer
         model = LieTransformer(G, 1, d, 1, num_layers=cfg["layers"], heads=H, lift_samples=K, radius=radius,
                                **OFFICIAL_ARCH)
+        if cfg["impl"] == "model-compiled":  # blocks compiled one by one (the lift and graph stay eager)
+            for i, blk in enumerate(model.blocks):
+                model.blocks[i] = torch.compile(blk, fullgraph=True)
 
         def step():
             model(x, pos, batch, num_graphs=B).sum().backward()
@@ -185,6 +188,10 @@ def run_config(cfg: Dict) -> Dict:
             raise ValueError(cfg["impl"])
     out["num_edges"] = int(ei.size(1))
     out["num_nodes"] = int(lifted.g.size(0))
+    if cfg["impl"] == "model-compiled":
+        t = time.perf_counter()
+        step()  # compilation, before the usual warm-up call
+        out["compile_time"] = time.perf_counter() - t
     import gc
     gc.collect()
     out["peak_reset"] = _reset_peak()
@@ -277,6 +284,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=1800, help="seconds per implementation's subprocess")
     p.add_argument("--skip-sweep", action="store_true")
     p.add_argument("--skip-official", action="store_true")
+    p.add_argument("--configs", nargs="*", default=None, metavar="NAME",
+                   help="run only these official configurations, e.g. 'T2 32x32 d128 L4 all' (default: all)")
+    p.add_argument("--compile", action="store_true",
+                   help="also time the official configurations with every block under torch.compile")
     p.add_argument("--out", default="runs/bench_lie_self_attention")
 
 
@@ -312,7 +323,14 @@ def main(args) -> int:
                                      degree=args.degree, threads=args.threads, repeats=args.repeats))
     if not args.skip_official:
         official = _official_configs(args.threads, args.repeats)
+        if args.configs is not None:
+            unknown = sorted(set(args.configs) - {c["name"] for c in official})
+            if unknown:
+                raise SystemExit(f"--configs: unknown configuration(s) {unknown}; choose from {sorted(OFFICIAL)}")
+            official = [c for c in official if c["name"] in args.configs]
         jobs += official + [dict(c, impl="pointwise") for c in official]
+        if args.compile:
+            jobs += [dict(c, impl="model-compiled") for c in official]
     groups: Dict[str, List[Dict]] = {}
     for cfg in jobs:  # one subprocess per implementation, configurations in increasing size
         groups.setdefault(cfg["impl"], []).append(cfg)
@@ -350,7 +368,7 @@ def _fmt_m(r):
 def format_tables(results: List[Dict], args) -> str:
     lines = [f"threads={args.threads}, median of {args.repeats} (after a warm-up); memory = peak RSS growth "
              f"during forward+backward (MB), fresh subprocess per row", ""]
-    sweep = [r for r in results if r["impl"] not in ("model", "pointwise")]
+    sweep = [r for r in results if r["impl"] not in ("model", "pointwise", "model-compiled")]
     if sweep:
         lines += ["### one LieSelfAttention layer (SE2, dim %d, %d heads, location MLP 16-16), forward+backward"
                   % (args.dim, args.heads), "",
@@ -365,13 +383,17 @@ def format_tables(results: List[Dict], args) -> str:
                          f"{_fmt_m(s)} | {_fmt_t(d)} | {_fmt_m(d)} | {ratio} | {_fmt_t(t)} | {_fmt_m(t)} |")
     off = [r for r in results if r["impl"] == "model"]
     floor = {r["name"]: r for r in results if r["impl"] == "pointwise"}
+    comp = {r["name"]: r for r in results if r["impl"] == "model-compiled"}
     if off:
         lines += ["", "### full model (lift + edges + blocks + pool), forward+backward, vs the official code "
                   "(FIELD_NOTES section 2, 2 threads, idle machine)", "",
                   "pointwise s: the model's per-node work alone (LayerNorms, projections, MLPs), which any "
-                  "implementation does; official / pointwise bounds the possible speed-up.", "",
+                  "implementation does; official / pointwise bounds the possible speed-up."
+                  + (" compiled s: the same model with every block under torch.compile (inductor), "
+                     "after compilation; compiled / eager < 1 means compiling pays." if comp else ""), "",
                   "| configuration | edges | ours s | ours MB | official s | official GB | speed-up | "
-                  "pointwise s | official / pointwise |", "|---|---|---|---|---|---|---|---|---|"]
+                  "pointwise s | official / pointwise |" + (" compiled s | compiled / eager |" if comp else ""),
+                  "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if comp else "")]
         for r in off:
             lo, hi, gb = OFFICIAL[r["name"]]
             sp = f"{lo / r['time']:.1f}-{hi / r['time']:.1f}x" if "time" in r else "-"
@@ -379,8 +401,14 @@ def format_tables(results: List[Dict], args) -> str:
             f = floor.get(r["name"], {})
             fl = f"{f['time']:.3f}" if "time" in f else f.get("error", "-")
             bound = f"{lo / f['time']:.0f}-{hi / f['time']:.0f}x" if "time" in f else "-"
-            lines.append(f"| {r['name']} | {r.get('num_edges', '-')} | {ours} | {_fmt_m(r)} | "
-                         f"{lo:g}-{hi:g} | {gb} | {sp} | {fl} | {bound} |")
+            line = (f"| {r['name']} | {r.get('num_edges', '-')} | {ours} | {_fmt_m(r)} | "
+                    f"{lo:g}-{hi:g} | {gb} | {sp} | {fl} | {bound} |")
+            if comp:
+                c = comp.get(r["name"], {})
+                ct = f"{c['time']:.3f}" if "time" in c else c.get("error", "-")
+                cr = f"{c['time'] / r['time']:.2f}" if "time" in c and "time" in r else "-"
+                line += f" {ct} | {cr} |"
+            lines.append(line)
     return "\n".join(lines)
 
 
@@ -388,7 +416,7 @@ def plot(results: List[Dict], path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    sweep = [r for r in results if r["impl"] not in ("model", "pointwise") and "time" in r]
+    sweep = [r for r in results if r["impl"] in ("sparse", "dense", "transformerconv") and "time" in r]
     if not sweep:
         return
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))

@@ -127,7 +127,7 @@ class LieTransformer(Module):
             inv = self.group.orbit_invariants(pos)[lifted.index].to(x.dtype)
         h = self.embed(lifted.x)
         rel = self.group.relative_log(lifted.g, edge_index, one_sided_cut=True)  # shared by all blocks
-        csr = CSRStructure.build(edge_index, h.size(0))
+        csr = CSRStructure.build(edge_index, h.size(0), transpose=torch.is_grad_enabled())
         for block in self.blocks:
             h = block(h, edge_index, lifted.g, inv, rel_log=rel, csr=csr)
         return self.norm(h), lifted, edge_index

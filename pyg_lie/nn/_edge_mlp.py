@@ -12,8 +12,11 @@ The first backward pass uses the closed-form derivatives of ``Linear`` and
 ``SiLU``; when a differentiable backward is requested (``create_graph=True``,
 e.g. forces or Hamiltonian models that differentiate through a gradient) the
 whole MLP is recomputed under autograd instead, so higher derivatives are exact.
-The chunked path is used on CPU outside ``torch.compile`` (there inductor fuses
-the same ops) and for more than ``chunk`` rows; otherwise the module runs as is.
+The chunked path is used on CPU for more than ``chunk`` rows; otherwise (CUDA,
+small inputs, other layer types) the module runs as is. Its forward and backward
+kernels are custom operators (``torch.ops.pyg_lie.edge_mlp`` and
+``edge_mlp_backward``), so ``torch.compile`` calls them as they are: traced,
+the MLP would lose its chunking and store every activation again.
 """
 from __future__ import annotations
 
@@ -24,7 +27,6 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Linear, Sequential, SiLU
 
-from ..groups.base import _is_compiling
 
 __all__ = ["edge_mlp", "EDGE_CHUNK"]
 
@@ -75,60 +77,94 @@ def _hidden(h: Tensor, params: Sequence[Tensor], act: List[Tensor], pre: Optiona
     return h
 
 
-class _ChunkedEdgeMLP(torch.autograd.Function):
+def _chunked_forward(x: Tensor, params: Sequence[Tensor], chunk: int) -> Tensor:
     # Every block writes into buffers allocated once per call (``out=`` variants): fresh
     # per-block temporaries made glibc return and re-fault their pages on every block.
-    @staticmethod
-    def forward(ctx, x: Tensor, chunk: int, *params: Tensor) -> Tensor:
-        ctx.chunk = chunk
-        ctx.save_for_backward(x, *params)
-        E = x.shape[0]
-        out = x.new_empty(E, params[-2].shape[0])
-        hidden = _hidden_buffers(x, params, min(chunk, E))
-        for s in range(0, E, chunk):
-            r = min(chunk, E - s)
-            h = _hidden(x[s:s + r], params, [b[:r] for b in hidden])
-            torch.addmm(params[-1], h, params[-2].t(), out=out[s:s + r])
-        return out
+    E = x.shape[0]
+    out = x.new_empty(E, params[-2].shape[0])
+    hidden = _hidden_buffers(x, params, min(chunk, E))
+    for s in range(0, E, chunk):
+        r = min(chunk, E - s)
+        h = _hidden(x[s:s + r], params, [b[:r] for b in hidden])
+        torch.addmm(params[-1], h, params[-2].t(), out=out[s:s + r])
+    return out
 
-    @staticmethod
-    def backward(ctx, grad_out: Tensor):
-        x, *params = ctx.saved_tensors
-        needs = ctx.needs_input_grad
-        if torch.is_grad_enabled():  # create_graph=True: differentiable recomputation
-            inputs = [t for t, need in zip([x, *params], needs[:1] + needs[2:]) if need]
-            grads = iter(torch.autograd.grad(_forward(x, params), inputs, grad_out, create_graph=True))
-            gx = next(grads) if needs[0] else None
-            return (gx, None, *[next(grads) if need else None for need in needs[2:]])
-        n, chunk, E = len(params) // 2, ctx.chunk, x.shape[0]
-        # pre-activations z_i, silu(z_i) (the inputs of layer i + 1), d/d silu(z_i), d/d z_i
-        pre, act, g_act, g_pre = (_hidden_buffers(x, params, min(chunk, E)) for _ in range(4))
-        gx = torch.empty_like(x) if needs[0] else None
-        gp: List[Tensor] = [torch.zeros_like(p) for p in params]
-        for s in range(0, E, chunk):
-            r = min(chunk, E - s)
-            a, z = [b[:r] for b in act], [b[:r] for b in pre]
-            _hidden(x[s:s + r], params, a, z)  # recompute the block's activations
-            g = grad_out[s:s + r]
-            for i in reversed(range(n)):
-                if i < n - 1:  # g * silu'(z), one fused kernel
-                    g = torch.ops.aten.silu_backward.grad_input(g, z[i], grad_input=g_pre[i][:r])
-                gp[2 * i].addmm_(g.t(), a[i - 1] if i else x[s:s + r])
-                gp[2 * i + 1].add_(g.sum(0))
-                if i:
-                    g = torch.mm(g, params[2 * i], out=g_act[i - 1][:r])
-                elif gx is not None:
-                    torch.mm(g, params[0], out=gx[s:s + r])
-        return (gx, None, *[g if need else None for g, need in zip(gp, needs[2:])])
+
+def _chunked_backward(grad_out: Tensor, x: Tensor, params: Sequence[Tensor], chunk: int,
+                      need_x: bool) -> List[Tensor]:
+    """``[d/dx (empty unless need_x), d/dW_1, d/db_1, ...]``, block by block."""
+    n, E = len(params) // 2, x.shape[0]
+    # pre-activations z_i, silu(z_i) (the inputs of layer i + 1), d/d silu(z_i), d/d z_i
+    pre, act, g_act, g_pre = (_hidden_buffers(x, params, min(chunk, E)) for _ in range(4))
+    gx = torch.empty_like(x) if need_x else x.new_empty(0)
+    gp: List[Tensor] = [torch.zeros_like(p) for p in params]
+    for s in range(0, E, chunk):
+        r = min(chunk, E - s)
+        a, z = [b[:r] for b in act], [b[:r] for b in pre]
+        _hidden(x[s:s + r], params, a, z)  # recompute the block's activations
+        g = grad_out[s:s + r]
+        for i in reversed(range(n)):
+            if i < n - 1:  # g * silu'(z), one fused kernel
+                g = torch.ops.aten.silu_backward.grad_input(g, z[i], grad_input=g_pre[i][:r])
+            gp[2 * i].addmm_(g.t(), a[i - 1] if i else x[s:s + r])
+            gp[2 * i + 1].add_(g.sum(0))
+            if i:
+                g = torch.mm(g, params[2 * i], out=g_act[i - 1][:r])
+            elif need_x:
+                torch.mm(g, params[0], out=gx[s:s + r])
+    return [gx, *gp]
+
+
+# Custom operators, so that torch.compile calls the chunked kernels as they are instead of
+# tracing (and un-chunking) them.
+@torch.library.custom_op("pyg_lie::edge_mlp", mutates_args=())
+def _edge_mlp_op(x: Tensor, params: List[Tensor], chunk: int) -> Tensor:
+    return _chunked_forward(x, params, chunk)
+
+
+@_edge_mlp_op.register_fake
+def _(x, params, chunk):
+    return x.new_empty(x.shape[0], params[-2].shape[0])
+
+
+@torch.library.custom_op("pyg_lie::edge_mlp_backward", mutates_args=())
+def _edge_mlp_backward_op(grad_out: Tensor, x: Tensor, params: List[Tensor], chunk: int,
+                          need_x: bool) -> List[Tensor]:
+    return _chunked_backward(grad_out, x, params, chunk, need_x)
+
+
+@_edge_mlp_backward_op.register_fake
+def _(grad_out, x, params, chunk, need_x):
+    return [x.new_empty(x.shape if need_x else (0,)), *[torch.empty_like(p) for p in params]]
+
+
+def _save(ctx, inputs, output) -> None:
+    x, params, ctx.chunk = inputs
+    ctx.save_for_backward(x, *params)
+
+
+def _edge_mlp_grad(ctx, grad_out: Tensor):
+    x, *params = ctx.saved_tensors
+    need_x, need_p = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    if torch.is_grad_enabled():  # create_graph=True: differentiable recomputation
+        inputs = [t for t, need in zip([x, *params], [need_x, *need_p]) if need]
+        grads = iter(torch.autograd.grad(_forward(x, params), inputs, grad_out, create_graph=True))
+        gx = next(grads) if need_x else None
+        return gx, [next(grads) if need else None for need in need_p], None
+    gx, *gp = _edge_mlp_backward_op(grad_out, x, params, ctx.chunk, need_x)
+    return (gx if need_x else None), [g if need else None for g, need in zip(gp, need_p)], None
+
+
+_edge_mlp_op.register_autograd(_edge_mlp_grad, setup_context=_save)
 
 
 def edge_mlp(mlp: Sequential, x: Tensor, chunk: Optional[int] = None) -> Tensor:
     """``mlp(x)`` for ``x (E, in)``, chunked and recomputed in backward on CPU (see module
     doc); ``chunk`` defaults to :data:`EDGE_CHUNK` (read at call time)."""
     chunk = EDGE_CHUNK if chunk is None else chunk
-    if (x.device.type != "cpu" or x.shape[0] <= chunk or _is_compiling() or not _layers(mlp)):
+    if x.device.type != "cpu" or x.shape[0] <= chunk or not _layers(mlp):
         return mlp(x)
     params = []
     for m in mlp[::2]:
         params += [m.weight, m.bias if m.bias is not None else x.new_zeros(m.out_features)]
-    return _ChunkedEdgeMLP.apply(x, chunk, *params)
+    return _edge_mlp_op(x, params, chunk)

@@ -3,20 +3,39 @@
 ``sddmm(A, B)`` gives ``s_e = A[dst_e] . B[src_e]`` and ``spmm(w, V)`` gives
 ``out_i = sum_{e: dst_e = i} w_e V[src_e]`` without materialising any ``(E, D)``
 tensor (torch's ``sparse.sampled_addmm`` / ``sparse.mm`` kernels). Their
-backward passes are written with the same three functions, so double backward
+backward passes are written with the same two operations, so double backward
 (gradients of gradients, needed by Hamiltonian models) works as well.
+
+Both are registered as custom operators (``torch.ops.pyg_lie.csr_sddmm`` and
+``csr_spmm``, :func:`torch.library.custom_op`) with their autograd formulas, so
+``torch.compile`` calls these kernels as they are, without a graph break; left to
+itself, inductor would turn the gathers and scatters of ``(E, D)`` features into
+element-wise atomic loops (measured: a compiled block's backward 30 ms against
+6 ms eager, T(2), 32 x 32 points, d = 128).
 """
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from .._sort import argsort_keys
+from ..groups.base import _is_compiling
 
 __all__ = ["CSRStructure", "sddmm", "spmm"]
+
+#: ``(crow, col, crow_t, col_t, perm_t, iperm_t)``: a CSR pattern, the CSR of its transpose
+#: and the permutations between the two edge orders (``None`` where no gradient needs them)
+Parts = Tuple[Tensor, Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor], Optional[Tensor]]
+
+
+def _row_pointer(sorted_rows: Tensor, num_nodes: int) -> Tensor:
+    """CSR row pointer ``(num_nodes + 1,)`` of non-decreasing row indices (no data-dependent
+    shape, so it traces under ``torch.compile``)."""
+    return torch.searchsorted(sorted_rows, torch.arange(num_nodes + 1, device=sorted_rows.device))
 
 
 @dataclass
@@ -27,10 +46,10 @@ class CSRStructure:
         perm: ``(E,)`` sorted position -> original edge id (``None``: already sorted).
         row, col: ``(E,)`` destination and source of every sorted edge.
         crow: ``(N + 1,)`` CSR row pointer over destinations.
-        perm_t: ``(E,)`` order of the sorted edges by ``(src, dst)``.
+        perm_t: ``(E,)`` order of the sorted edges by ``(src, dst)``; ``iperm_t`` its inverse.
         crow_t, col_t: CSR of the transpose (rows = sources, cols = destinations).
-            These three are built on first use (the batched path of complete
-            clouds never needs them, and their sort is the costliest step).
+            These four are built on first use by a gradient (the batched path of
+            complete clouds never needs them, and their sort is the costliest step).
         num_nodes: ``N``.
         degree: the common in-degree ``K`` when every node has ``K >= 1`` incoming
             edges (complete or kNN graphs), else 0; then the sorted edges of node
@@ -39,6 +58,8 @@ class CSRStructure:
             every node's sources are exactly its block (all pairs within equal-size
             clouds, self-pairs included): the sorted scores are then the ``(B, K, K)``
             blocks of a batched matrix, and SDDMM / SpMM are batched matrix products.
+            Built under ``torch.compile``, ``degree`` and ``complete`` stay 0 / False
+            (their tests depend on the data); pass a structure built outside instead.
     """
 
     perm: "Tensor | None"
@@ -51,94 +72,132 @@ class CSRStructure:
     perm_t: "Tensor | None" = None
     crow_t: "Tensor | None" = None
     col_t: "Tensor | None" = None
+    iperm_t: "Tensor | None" = None
 
     @classmethod
-    def build(cls, edge_index: Tensor, num_nodes: int) -> "CSRStructure":
+    def build(cls, edge_index: Tensor, num_nodes: int, transpose: bool = False) -> "CSRStructure":
+        """Sort ``edge_index (2, E)`` by target; ``transpose=True`` also builds the transposed
+        pattern that gradients need (unless the structure is complete), so that blocks
+        compiled on their own do not rebuild it on every call."""
         src, dst = edge_index[0], edge_index[1]
         key = dst * num_nodes + src
+        compiling = _is_compiling()
         perm = None
-        if key.numel() > 1 and bool((key[1:] < key[:-1]).any()):
+        if compiling or (key.numel() > 1 and bool((key[1:] < key[:-1]).any())):
             perm = argsort_keys(key)[1]
             src, dst = src.index_select(0, perm), dst.index_select(0, perm)
-        crow = torch.zeros(num_nodes + 1, dtype=torch.long, device=dst.device)
-        deg = torch.bincount(dst, minlength=num_nodes)
-        crow[1:] = torch.cumsum(deg, 0)
+        crow = _row_pointer(dst, num_nodes)
+        if compiling:
+            return cls(perm, dst, src, crow, num_nodes)  # the transpose: built where needed
+        deg = crow[1:] - crow[:-1]
         degree = int(deg[0]) if num_nodes and bool((deg == deg[0]).all()) else 0
         complete = False
         if degree and num_nodes % degree == 0:  # is node i's source list its whole block?
             local = torch.arange(degree, device=dst.device).repeat(num_nodes)
             complete = bool((src - (dst - dst % degree) == local).all())
-        return cls(perm, dst, src, crow, num_nodes, degree, complete)
+        out = cls(perm, dst, src, crow, num_nodes, degree, complete)
+        if transpose and not complete:
+            out.parts(True)
+        return out
 
-    def _build_transpose(self) -> None:
-        self.perm_t = argsort_keys(self.col * self.num_nodes + self.row)[1]  # (src, dst) order
-        self.crow_t = torch.zeros(self.num_nodes + 1, dtype=torch.long, device=self.col.device)
-        self.crow_t[1:] = torch.cumsum(torch.bincount(self.col, minlength=self.num_nodes), 0)
-        self.col_t = self.row.index_select(0, self.perm_t)
+    def parts(self, transpose: bool) -> Parts:
+        """The operator arguments; with ``transpose=True`` the transposed pattern's (built,
+        and outside ``torch.compile`` cached, on first call)."""
+        if not transpose:
+            return self.crow, self.col, None, None, None, None
+        if self.perm_t is not None:
+            return self.crow, self.col, self.crow_t, self.col_t, self.perm_t, self.iperm_t
+        perm_t = argsort_keys(self.col * self.num_nodes + self.row)[1]  # (src, dst) order
+        iperm_t = torch.empty_like(perm_t).index_copy_(0, perm_t, torch.arange(perm_t.numel(),
+                                                                                device=perm_t.device))
+        crow_t = _row_pointer(self.col.index_select(0, perm_t), self.num_nodes)
+        col_t = self.row.index_select(0, perm_t)
+        if not _is_compiling():
+            self.perm_t, self.iperm_t, self.crow_t, self.col_t = perm_t, iperm_t, crow_t, col_t
+        return self.crow, self.col, crow_t, col_t, perm_t, iperm_t
 
-    def _csr(self, values: Tensor, transpose: bool = False) -> Tensor:
-        n = self.num_nodes
-        if transpose and self.perm_t is None:
-            self._build_transpose()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
-            if transpose:  # index_select: 4x faster than values[perm_t] for 1-D values on CPU
-                return torch.sparse_csr_tensor(self.crow_t, self.col_t, values.index_select(0, self.perm_t),
-                                               (n, n))
-            return torch.sparse_csr_tensor(self.crow, self.col, values, (n, n))
+
+def _csr(crow: Tensor, col: Tensor, values: Tensor) -> Tensor:
+    n = crow.numel() - 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
+        return torch.sparse_csr_tensor(crow, col, values, (n, n))
 
 
-def _sddmm_raw(s: CSRStructure, A: Tensor, B: Tensor) -> Tensor:
-    if s.row.numel() == 0:
+def _transposed(p: Parts) -> Parts:
+    crow, col, crow_t, col_t, perm_t, iperm_t = p
+    if perm_t is None:
+        raise RuntimeError("the transposed CSR pattern was not built; call the op through "
+                           "pyg_lie.nn._sparse_ops.sddmm / spmm, which build it when a gradient needs it")
+    return crow_t, col_t, crow, col, iperm_t, perm_t
+
+
+@torch.library.custom_op("pyg_lie::csr_sddmm", mutates_args=())
+def _sddmm_op(A: Tensor, B: Tensor, crow: Tensor, col: Tensor, crow_t: Optional[Tensor],
+              col_t: Optional[Tensor], perm_t: Optional[Tensor], iperm_t: Optional[Tensor]) -> Tensor:
+    if col.numel() == 0:
         return A.new_zeros(0)
-    pattern = s._csr(torch.zeros(s.row.numel(), dtype=A.dtype, device=A.device))
-    return torch.sparse.sampled_addmm(pattern, A.contiguous(), B.t().contiguous(), beta=0.0).values()
+    pattern = _csr(crow, col, A.new_zeros(col.numel()))
+    return torch.sparse.sampled_addmm(pattern, A.contiguous(), B.t().contiguous(), beta=0.0).values().clone()
 
 
-class _SDDMM(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, A, B, s):
-        ctx.s = s
-        ctx.save_for_backward(A, B)
-        return _sddmm_raw(s, A, B)
-
-    @staticmethod
-    def backward(ctx, g):
-        A, B = ctx.saved_tensors
-        s = ctx.s
-        gA = _SpMM.apply(g, B, s, False) if ctx.needs_input_grad[0] else None
-        gB = _SpMM.apply(g, A, s, True) if ctx.needs_input_grad[1] else None
-        return gA, gB, None
+@_sddmm_op.register_fake
+def _(A, B, crow, col, crow_t, col_t, perm_t, iperm_t):
+    return A.new_empty(col.shape[0])
 
 
-class _SpMM(torch.autograd.Function):
-    """``transpose=False``: ``out[dst] += w V[src]``; ``True``: ``out[src] += w V[dst]``."""
+@torch.library.custom_op("pyg_lie::csr_spmm", mutates_args=())
+def _spmm_op(w: Tensor, V: Tensor, crow: Tensor, col: Tensor, crow_t: Optional[Tensor],
+             col_t: Optional[Tensor], perm_t: Optional[Tensor], iperm_t: Optional[Tensor]) -> Tensor:
+    if w.numel() == 0:
+        return V.new_zeros(crow.numel() - 1, V.size(1))
+    return torch.sparse.mm(_csr(crow, col, w.contiguous()), V.contiguous())
 
-    @staticmethod
-    def forward(ctx, w, V, s, transpose):
-        ctx.s, ctx.transpose = s, transpose
-        ctx.save_for_backward(w, V)
-        if w.numel() == 0:
-            return V.new_zeros(s.num_nodes, V.size(1))
-        return torch.sparse.mm(s._csr(w, transpose), V.contiguous())
 
-    @staticmethod
-    def backward(ctx, g):
-        w, V = ctx.saved_tensors
-        s, tr = ctx.s, ctx.transpose
-        gw = gV = None
-        if ctx.needs_input_grad[0]:
-            gw = _SDDMM.apply(V, g, s) if tr else _SDDMM.apply(g, V, s)
-        if ctx.needs_input_grad[1]:
-            gV = _SpMM.apply(w, g, s, not tr)
-        return gw, gV, None, None
+@_spmm_op.register_fake
+def _(w, V, crow, col, crow_t, col_t, perm_t, iperm_t):
+    return V.new_empty(crow.shape[0] - 1, V.shape[1])
+
+
+def _save(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _sddmm_backward(ctx, g: Tensor):
+    A, B, *p = ctx.saved_tensors
+    gA = gB = None
+    if ctx.needs_input_grad[0]:
+        gA = _spmm_op(g, B, *p)
+    if ctx.needs_input_grad[1]:
+        pt = _transposed(p)
+        gB = _spmm_op(g.index_select(0, pt[5]), A, *pt)  # pt[5] = perm_t of the original
+    return gA, gB, None, None, None, None, None, None
+
+
+def _spmm_backward(ctx, g: Tensor):
+    w, V, *p = ctx.saved_tensors
+    gw = gV = None
+    if ctx.needs_input_grad[0]:
+        gw = _sddmm_op(g, V, *p)
+    if ctx.needs_input_grad[1]:
+        pt = _transposed(p)
+        gV = _spmm_op(w.index_select(0, pt[5]), g, *pt)
+    return gw, gV, None, None, None, None, None, None
+
+
+_sddmm_op.register_autograd(_sddmm_backward, setup_context=_save)
+_spmm_op.register_autograd(_spmm_backward, setup_context=_save)
+
+
+def _needs_transpose(*ts: Tensor) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in ts)
 
 
 def sddmm(s: CSRStructure, A: Tensor, B: Tensor) -> Tensor:
     """``(E,)`` with ``A[dst_e] . B[src_e]`` for ``A, B (N, D)`` (sorted edge order)."""
-    return _SDDMM.apply(A, B, s)
+    return _sddmm_op(A, B, *s.parts(_needs_transpose(A, B)))
 
 
 def spmm(s: CSRStructure, w: Tensor, V: Tensor) -> Tensor:
     """``(N, D)`` with ``sum_{e -> i} w_e V[src_e]`` for ``w (E,)``, ``V (N, D)``."""
-    return _SpMM.apply(w, V, s, False)
+    return _spmm_op(w, V, *s.parts(_needs_transpose(w, V)))

@@ -91,8 +91,9 @@ class LieSelfAttention(MessagePassing):
             computes the dot-product scores and the weighted sums with sparse
             CSR kernels (SDDMM / SpMM), so no ``(E, d)`` tensor is ever
             formed (memory ``O(E heads)``); it has exact first and second
-            derivatives. ``"auto"`` uses it except under ``torch.compile``
-            (where the generated ``MessagePassing.propagate`` path runs).
+            derivatives; its kernels are custom operators, so ``torch.compile``
+            calls them as they are. ``"auto"`` and ``True`` use it, ``False``
+            runs the generated ``MessagePassing.propagate`` path instead.
 
     Shapes:
         input ``x (N, C_in)``, ``edge_index (2, E)``, ``g (N, m, m)``,
@@ -172,10 +173,9 @@ class LieSelfAttention(MessagePassing):
         ``(E, dim)`` and ``csr`` a :class:`CSRStructure` of ``edge_index``, both
         precomputed once for a stack of layers on the same edges.
         """
-        compiling = _is_compiling()
-        if not compiling:
+        if not _is_compiling():
             self._check(x, edge_index, g, invariants)
-        if self.fused is True or (self.fused == "auto" and not compiling):
+        if self.fused is not False:
             return self._forward_fused(x, edge_index, g, invariants, return_attention_weights, rel_log, csr)
         H, D = self.heads, self.head_dim
         N = x.size(0)

@@ -220,6 +220,30 @@ class NeighborhoodPlan:
             self._src_csr[dtype] = csr
         return csr
 
+    def flat(self) -> Tuple[List[Tensor], List[int]]:
+        """The plan as operator arguments (cached): tensors ``[inv, source CSR row pointer and
+        columns, then dst, shared, src of every block]`` and sizes ``[num_src, num_dst,
+        num_edges, num_isolated]``; :meth:`from_flat` inverts it (without the edge ids)."""
+        if not hasattr(self, "_flat"):
+            if not hasattr(self, "_src_crow"):
+                self._build_source_csr()
+            tensors = [self.inv, self._src_crow, self._src_col]
+            for b in self.blocks:
+                tensors += [b.dst, b.shared, b.src]
+            self._flat = (tensors, [self.num_src, self.num_dst, self.num_edges, self.num_isolated])
+        return self._flat
+
+    @classmethod
+    def from_flat(cls, tensors: List[Tensor], sizes: List[int]) -> "NeighborhoodPlan":
+        inv, crow, col, *rest = tensors
+        blocks = []
+        for dst, shared, src in zip(*[iter(rest)] * 3):
+            none = src.new_empty(0)
+            blocks.append(Block(dst, shared, src, none, none))
+        plan = cls(blocks, inv, *sizes)
+        plan._src_crow, plan._src_col, plan._src_csr = crow, col, {}
+        return plan
+
     def to(self, device) -> "NeighborhoodPlan":
         return NeighborhoodPlan([b.to(device) for b in self.blocks], self.inv.to(device), self.num_src,
                                 self.num_dst, self.num_edges, self.num_isolated)
@@ -353,40 +377,94 @@ def _block_backward(q2, k2, v2, b: Block, a: Tensor, g2: Tensor, dq: Tensor, dk:
     dq.index_copy_(0, b.dst, dqd.contiguous())
 
 
-class _PlannedAttention(torch.autograd.Function):
-    """Fused forward and hand-written backward; saves only q, k, v and the attention weights."""
+def _planned_forward(q2: Tensor, k2: Tensor, v2: Tensor, log_w: Optional[Tensor], plan: "NeighborhoodPlan"
+                     ) -> List[Tensor]:
+    """``[out (N_dst, Dv, M), attention weights of every block]``."""
+    shape = (plan.num_dst, v2.shape[1], v2.shape[2])
+    out = v2.new_zeros(shape) if plan.num_isolated else v2.new_empty(shape)
+    return [out, *[_block_forward(q2, k2, v2, log_w, b, out) for b in plan.blocks]]
 
-    @staticmethod
-    def forward(ctx, q2: Tensor, k2: Tensor, v2: Tensor, log_w: Optional[Tensor], plan: "NeighborhoodPlan"):
-        q2, k2, v2 = q2.contiguous(), k2.contiguous(), v2.contiguous()
-        shape = (plan.num_dst, v2.shape[1], v2.shape[2])
-        out = v2.new_zeros(shape) if plan.num_isolated else v2.new_empty(shape)
-        alphas = [_block_forward(q2, k2, v2, log_w, b, out) for b in plan.blocks]
-        ctx.plan = plan
-        ctx.save_for_backward(q2, k2, v2, *alphas)
-        return out
 
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, g2: Tensor):
-        q2, k2, v2, *alphas = ctx.saved_tensors
-        plan = ctx.plan
-        g2 = g2.contiguous()
-        dq = torch.zeros_like(q2) if plan.num_isolated else torch.empty_like(q2)
-        D, M, Dv = q2.shape[1], q2.shape[2], v2.shape[1]
-        dk, dv = torch.zeros_like(k2), torch.zeros_like(v2)
-        dk2, dv2 = dk.view(dk.shape[0], -1), dv.view(dv.shape[0], -1)
-        sizes = [b.src.numel() for b in plan.blocks]
-        contrib = q2.new_empty(sum(sizes), (D + Dv) * M)
-        off = 0
-        for b, a, size in zip(plan.blocks, alphas, sizes):
-            _block_backward(q2, k2, v2, b, a, g2, dq, dk2, dv2, contrib[off:off + size])
-            off += size
-        if contrib.shape[0] > 0:
-            summed = plan.source_csr(contrib.dtype) @ contrib  # (N_src, (D + Dv) * M)
-            dk2.add_(summed[:, :D * M])
-            dv2.add_(summed[:, D * M:])
-        return dq, dk, dv, None, None
+def _planned_backward(g2: Tensor, q2: Tensor, k2: Tensor, v2: Tensor, alphas: List[Tensor],
+                      plan: "NeighborhoodPlan") -> List[Tensor]:
+    """``[dq, dk, dv]`` from the saved attention weights."""
+    dq = torch.zeros_like(q2) if plan.num_isolated else torch.empty_like(q2)
+    D, M, Dv = q2.shape[1], q2.shape[2], v2.shape[1]
+    dk, dv = torch.zeros_like(k2), torch.zeros_like(v2)
+    dk2, dv2 = dk.view(dk.shape[0], -1), dv.view(dv.shape[0], -1)
+    sizes = [b.src.numel() for b in plan.blocks]
+    contrib = q2.new_empty(sum(sizes), (D + Dv) * M)
+    off = 0
+    for b, a, size in zip(plan.blocks, alphas, sizes):
+        _block_backward(q2, k2, v2, b, a, g2, dq, dk2, dv2, contrib[off:off + size])
+        off += size
+    if contrib.shape[0] > 0:
+        summed = plan.source_csr(contrib.dtype) @ contrib  # (N_src, (D + Dv) * M)
+        dk2.add_(summed[:, :D * M])
+        dv2.add_(summed[:, D * M:])
+    return [dq, dk, dv]
+
+
+# The fused kernels as custom operators (the plan travels flattened, see NeighborhoodPlan.flat),
+# so that torch.compile calls them as they are: traced, the gathers' backward became
+# element-wise atomic scatter loops (measured 4x slower than eager on CPU).
+@torch.library.custom_op("pyg_lie::s2_planned_attention", mutates_args=())
+def _planned_op(q2: Tensor, k2: Tensor, v2: Tensor, log_w: Optional[Tensor], plan_tensors: List[Tensor],
+                plan_sizes: List[int]) -> List[Tensor]:
+    return _planned_forward(q2, k2, v2, log_w, NeighborhoodPlan.from_flat(plan_tensors, plan_sizes))
+
+
+@_planned_op.register_fake
+def _(q2, k2, v2, log_w, plan_tensors, plan_sizes):
+    M, Dv = v2.shape[2], v2.shape[1]
+    out = [v2.new_empty(plan_sizes[1], Dv, M)]
+    for dst, shared, src in zip(*[iter(plan_tensors[3:])] * 3):
+        n, K, S = dst.shape[0], src.shape[1], shared.shape[0]
+        out.append(v2.new_empty(n, K, M) if S == 0 else v2.new_empty(M, n, S + K))
+    return out
+
+
+@torch.library.custom_op("pyg_lie::s2_planned_attention_backward", mutates_args=())
+def _planned_backward_op(g2: Tensor, q2: Tensor, k2: Tensor, v2: Tensor, alphas: List[Tensor],
+                         plan_tensors: List[Tensor], plan_sizes: List[int]) -> List[Tensor]:
+    return _planned_backward(g2.contiguous(), q2, k2, v2, alphas, NeighborhoodPlan.from_flat(plan_tensors, plan_sizes))
+
+
+@_planned_backward_op.register_fake
+def _(g2, q2, k2, v2, alphas, plan_tensors, plan_sizes):
+    return [torch.empty_like(q2), torch.empty_like(k2), torch.empty_like(v2)]
+
+
+def _planned_setup(ctx, inputs, output) -> None:
+    q2, k2, v2, _, plan_tensors, ctx.plan_sizes = inputs
+    ctx.num_alphas, ctx.num_plan = len(output) - 1, len(plan_tensors)
+    ctx.save_for_backward(q2, k2, v2, *output[1:], *plan_tensors)
+
+
+def _planned_grad(ctx, grads: List[Tensor]):
+    q2, k2, v2, *rest = ctx.saved_tensors
+    alphas, plan_tensors = rest[:ctx.num_alphas], rest[ctx.num_alphas:]
+    dq, dk, dv = _planned_backward_op(grads[0], q2, k2, v2, alphas, plan_tensors, ctx.plan_sizes)
+    return dq, dk, dv, None, [None] * ctx.num_plan, None
+
+
+def _no_double_backward(ctx, grads):
+    raise RuntimeError("the fused S^2 attention kernel is once differentiable; for second derivatives "
+                       "use optimized_kernel=False (S2NeighborhoodAttention) or "
+                       "planned_attention(..., fused=False), whose composite path supports them")
+
+
+_planned_op.register_autograd(_planned_grad, setup_context=_planned_setup)
+_planned_backward_op.register_autograd(_no_double_backward, setup_context=lambda ctx, inputs, output: None)
+
+
+def fused_planned_attention(q2: Tensor, k2: Tensor, v2: Tensor, log_w: Optional[Tensor],
+                            plan: "NeighborhoodPlan") -> Tensor:
+    """Fused forward and hand-written backward on channel-major ``q2 (N_dst, D, M)``,
+    ``k2 (N_src, D, M)``, ``v2 (N_src, Dv, M)``; saves only q, k, v and the attention
+    weights; no gradient for ``log_w``. Returns ``(N_dst, Dv, M)``."""
+    tensors, sizes = plan.flat()
+    return _planned_op(q2.contiguous(), k2.contiguous(), v2.contiguous(), log_w, tensors, sizes)[0]
 
 
 def _composite(q2, k2, v2, log_w, plan, need_weights):
@@ -432,8 +510,8 @@ def planned_attention(q: Tensor, k: Tensor, v: Tensor, log_w: Optional[Tensor], 
         log_w: ``(N_src,)`` log quadrature weights of the sources, or ``None``.
         plan: the grouped neighbourhoods.
         need_weights: also return the attention weights in edge order ``(E, *, H)``.
-        fused: use the hand-written autograd function (default: unless compiling,
-            returning weights, or ``log_w`` needs a gradient). It is
+        fused: use the fused custom operator with its hand-written backward
+            (default: unless returning weights, or ``log_w`` needs a gradient). It is
             once-differentiable; the composite path supports double backward.
 
     Returns:
@@ -445,12 +523,10 @@ def planned_attention(q: Tensor, k: Tensor, v: Tensor, log_w: Optional[Tensor], 
     k2 = k.reshape(k.shape[0], -1, k.shape[-1])
     v2 = v.reshape(v.shape[0], -1, v.shape[-1])
     if fused is None:
-        fused = not (need_weights or torch.compiler.is_compiling()
-                     or (log_w is not None and log_w.requires_grad))
+        fused = not (need_weights or (log_w is not None and log_w.requires_grad))
     if fused:
         # channel-major (N, D, M) so that every reduction runs over a non-innermost dim
-        out = _PlannedAttention.apply(q2.transpose(1, 2).contiguous(), k2.transpose(1, 2).contiguous(),
-                                      v2.transpose(1, 2).contiguous(), log_w, plan)
+        out = fused_planned_attention(q2.transpose(1, 2), k2.transpose(1, 2), v2.transpose(1, 2), log_w, plan)
         out, alpha = out.transpose(1, 2), None
     else:
         out, alpha = _composite(q2, k2, v2, log_w, plan, need_weights)

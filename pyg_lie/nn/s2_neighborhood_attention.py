@@ -246,7 +246,7 @@ class S2NeighborhoodAttention(S2AttentionConv):
                              f"{value.dtype}")
         g = self._graph(query.device)
         B = query.shape[0]
-        if self.optimized_kernel and not torch.compiler.is_compiling():
+        if self.optimized_kernel:
             return self._forward_fused(query, key, value, g)
 
         def nodes(t: Tensor) -> Tensor:  # (B, C, nlat, nlon) -> (nlat * nlon, B, C)
@@ -287,7 +287,7 @@ class S2NeighborhoodAttention(S2AttentionConv):
         return out
 
     def _forward_fused(self, query: Tensor, key: Tensor, value: Tensor, g: Dict[str, object]) -> Tensor:
-        from ._s2_kernels import _PlannedAttention
+        from ._s2_kernels import fused_planned_attention
 
         B, H = query.shape[0], self.heads
         plan = g["plan"]
@@ -297,7 +297,7 @@ class S2NeighborhoodAttention(S2AttentionConv):
             self._project_channel_major(value, self.v_weights, self.v_bias, None, None)
         log_w = self.log_quad_weights(g["quad_weights"], q2.dtype)  # type: ignore[arg-type]
         self._check_isolated(g["edge_index"], q2.shape[0], plan)  # type: ignore[arg-type]
-        o = _PlannedAttention.apply(q2, k2, v2, log_w, plan)  # (N_out, Dv, B * H)
+        o = fused_planned_attention(q2, k2, v2, log_w, plan)  # (N_out, Dv, B * H)
         Dv = o.shape[1]
         o = o.view(-1, Dv, B, H).permute(0, 2, 3, 1).contiguous()  # (N_out, B, H, Dv): a per-node transpose
         o = o.view(-1, B, H * Dv).permute(1, 2, 0)  # (B, C_out, N_out) view, read transposed by the GEMM

@@ -17,6 +17,8 @@ from typing import Callable, Mapping, Optional, Union
 import torch
 from torch import Tensor, nn
 
+from ..groups.base import _is_compiling
+from ..nn._sparse_ops import CSRStructure
 from ..vit.attention import EquivariantSelfAttention, complete_graph, radius_patch_graph
 from ..vit.field_type import FieldType
 from ..vit.irreps import FiniteO2Group, GSet, get_group
@@ -54,8 +56,8 @@ class EquivariantViTBlock(nn.Module):
         mask = torch.rand(batch, 1, 1, device=y.device, dtype=y.dtype) < keep
         return (y.view(batch, -1, y.shape[-1]) * mask / keep).view_as(y)
 
-    def forward(self, x: Tensor, edge_index: Tensor, batch: int = 1) -> Tensor:
-        x = x + self._dp(self.attn(self.norm1(x), edge_index), batch)
+    def forward(self, x: Tensor, edge_index: Tensor, batch: int = 1, csr=None) -> Tensor:
+        x = x + self._dp(self.attn(self.norm1(x), edge_index, csr=csr), batch)
         return x + self._dp(self.mlp_out(self.act(self.mlp_in(self.norm2(x)))), batch)
 
 
@@ -154,6 +156,7 @@ class EquivariantViT(nn.Module):
         self.head_dropout = nn.Dropout(head_dropout)
         self.head = nn.Linear(self.num_invariants, num_classes)
         self._graphs: dict = {}
+        self._csrs: dict = {}
         self.reset_parameters()
 
     # ------------------------------------------------------------------ utils
@@ -177,6 +180,17 @@ class EquivariantViT(nn.Module):
                 ei = radius_patch_graph(pos, self.attn_radius, batch, with_cls=True)
             self._graphs = {key: ei}
         return self._graphs[key]
+
+    def _structure(self, batch: int, device) -> CSRStructure:
+        """The patch graph's CSR structure for the blocks' fused attention (cached like the
+        graph; built anew inside ``torch.compile``, where it cannot be cached)."""
+        key = (batch, str(device))
+        csr = self._csrs.get(key)
+        if csr is None:
+            csr = CSRStructure.build(self.edge_index(batch, device), batch * self.num_tokens)
+            if not _is_compiling():
+                self._csrs = {key: csr}
+        return csr
 
     def invariants(self, cls: Tensor) -> Tensor:
         """Eq. (15): ``cls^triv (+) (||cls^rho_c||)_{rho != triv, c}``, shape ``(B, num_invariants)``."""
@@ -202,8 +216,9 @@ class EquivariantViT(nn.Module):
         out = [x]
         h = x.reshape(B * self.num_tokens, -1)
         ei = self.edge_index(B, x.device)
+        csr = self._structure(B, x.device)
         for blk in self.blocks:
-            h = blk(h, ei, B)
+            h = blk(h, ei, B, csr=csr)
             out.append(h.view(B, self.num_tokens, -1))
         return out if return_all else out[-1]
 

@@ -25,7 +25,7 @@ from torch import Tensor
 from .._sort import argsort_keys
 from ..groups.base import _is_compiling
 
-__all__ = ["CSRStructure", "sddmm", "spmm"]
+__all__ = ["CSRStructure", "sddmm", "spmm", "csr_scores", "csr_aggregate", "to_edge_order"]
 
 #: ``(crow, col, crow_t, col_t, perm_t, iperm_t)``: a CSR pattern, the CSR of its transpose
 #: and the permutations between the two edge orders (``None`` where no gradient needs them)
@@ -201,3 +201,37 @@ def sddmm(s: CSRStructure, A: Tensor, B: Tensor) -> Tensor:
 def spmm(s: CSRStructure, w: Tensor, V: Tensor) -> Tensor:
     """``(N, D)`` with ``sum_{e -> i} w_e V[src_e]`` for ``w (E,)``, ``V (N, D)``."""
     return _spmm_op(w, V, *s.parts(_needs_transpose(w, V)))
+
+
+# ------------------------------------------------------------- multi-head wrappers
+# Heads-first (H, E) layout: every head's scores and weights are contiguous rows, which the
+# per-head sparse kernels and the dense softmax read without copies. On complete structures
+# (all pairs within equal-size clouds) both products are batched (H, B, n, n) matmuls.
+
+def csr_scores(s: CSRStructure, q: Tensor, k: Tensor) -> Tensor:
+    """Dot products ``(H, E)`` (sorted edge order), ``score[h, e] = q[dst_e, h] . k[src_e, h]``
+    for ``q, k (N, H, D)``."""
+    N, H, D = q.shape
+    if s.complete:
+        n = s.degree
+        qb, kb = (t.view(N // n, n, H, D).permute(2, 0, 1, 3) for t in (q, k))  # (H, B, n, D)
+        return (qb @ kb.transpose(-1, -2)).reshape(H, -1)
+    qs, ks = q.unbind(1), k.unbind(1)  # unbind: one stacked gradient, not H full-size ones
+    return torch.stack([sddmm(s, qs[h], ks[h]) for h in range(H)], 0)
+
+
+def csr_aggregate(s: CSRStructure, w: Tensor, v: Tensor) -> Tensor:
+    """``(N, H * Dv)`` with ``out[i, h] = sum_{e -> i} w[h, e] v[src_e, h]`` for weights
+    ``w (H, E)`` (contiguous, sorted edge order) and ``v (N, H, Dv)``."""
+    N, H, Dv = v.shape
+    if s.complete:
+        n = s.degree
+        vb = v.view(N // n, n, H, Dv).permute(2, 0, 1, 3)
+        return (w.view(H, N // n, n, n) @ vb).permute(1, 2, 0, 3).reshape(N, H * Dv)
+    ws, vs = w.unbind(0), v.unbind(1)
+    return torch.cat([spmm(s, ws[h], vs[h]) for h in range(H)], -1)
+
+
+def to_edge_order(s: CSRStructure, t: Tensor) -> Tensor:
+    """Rows of ``t (E, ...)`` from sorted back to the original edge order."""
+    return t if s.perm is None else torch.empty_like(t).index_copy_(0, s.perm, t)

@@ -21,6 +21,7 @@ def edge_attention(
     num_nodes: Optional[int],
     normalization: str = "softmax",
     ptr: Optional[Tensor] = None,
+    degree: int = 0,
 ) -> Tensor:
     """Normalise per-edge scores over each target's neighbourhood.
 
@@ -34,6 +35,9 @@ def edge_attention(
         ptr: ``(num_nodes + 1,)`` CSR pointer of the targets when the edges are sorted
             by target (``index`` non-decreasing); then the reductions are segment
             reductions instead of scatters (see :class:`_SortedSoftmax`).
+        degree: with ``ptr``, the common in-degree ``K > 0`` of every target: the
+            normalisation is then a dense one over ``(H, num_nodes, K)`` (no scatter; a
+            view when ``score`` is an ``(E, H)`` view of heads-first storage).
 
     Returns:
         ``(E, H)`` attention weights.
@@ -44,6 +48,9 @@ def edge_attention(
         if ptr.dim() != 1 or ptr.numel() != num_nodes + 1:
             raise ValueError(f"ptr must be the CSR pointer of the targets, shape ({num_nodes + 1},) "
                              f"(num_nodes + 1), got {tuple(ptr.shape)}")
+        if degree > 0 and score.dim() == 2:
+            st = score.t().reshape(score.shape[1], -1, degree)  # (H, N, K)
+            return dense_edge_attention(st, dim=-1, normalization=normalization).reshape(score.shape[1], -1).t()
         if score.numel() > 0:
             return _sorted_edge_attention(score, index, ptr, normalization)
     if normalization == "softmax":

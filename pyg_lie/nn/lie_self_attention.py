@@ -43,8 +43,8 @@ from torch_geometric.nn import MessagePassing
 from ..groups import LieGroup, get_group
 from ..groups.base import _is_compiling
 from ._edge_mlp import edge_mlp
-from ._sparse_ops import CSRStructure, sddmm, spmm
-from .attention_core import dense_edge_attention, edge_attention
+from ._sparse_ops import CSRStructure, csr_aggregate, csr_scores, to_edge_order
+from .attention_core import edge_attention
 
 __all__ = ["LieSelfAttention", "CONTENT", "LOCATION", "COMBINE", "NORMALIZATION"]
 
@@ -219,17 +219,8 @@ class LieSelfAttention(MessagePassing):
         if self.invariant_dim > 0:
             loc = torch.cat([loc, invariants[dst], invariants[src]], dim=-1)
         loc = loc.to(x.dtype)
-        # heads-first (H, E) layout: every head's scores and weights are contiguous rows,
-        # which the per-head sparse kernels and the dense softmax read without copies
-        if csr.complete:  # all pairs in equal-size clouds: batched (H, B, n, n) products
-            n = csr.degree
-            qb, kb, vb = (t.view(N // n, n, H, D).permute(2, 0, 1, 3) for t in (q, k, v))  # (H, B, n, D)
         if self.content == "dot_product":
-            if csr.complete:
-                kc = (qb @ kb.transpose(-1, -2)).reshape(H, -1) / math.sqrt(D)
-            else:
-                qs, ks = q.unbind(1), k.unbind(1)  # unbind: one stacked gradient, not H full-size ones
-                kc = torch.stack([sddmm(csr, qs[h], ks[h]) for h in range(H)], 0) / math.sqrt(D)
+            kc = csr_scores(csr, q, k) / math.sqrt(D)  # (H, E)
         else:
             kc = (self.lcl_q(q.reshape(N, H * D))[dst] + self.lcl_k(k.reshape(N, H * D))[src]).t()
         # kc.t() leads the elementwise combination, so the scores keep its (H, E) memory
@@ -238,16 +229,10 @@ class LieSelfAttention(MessagePassing):
         alpha = w.t()
         if self.training and self.dropout > 0:
             w = torch.nn.functional.dropout(w, p=self.dropout, training=True)
-        if csr.complete:
-            out = (w.view(H, N // n, n, n) @ vb).permute(1, 2, 0, 3).reshape(N, H * D)
-        else:
-            ws, vs = w.unbind(0), v.unbind(1)
-            out = torch.cat([spmm(csr, ws[h], vs[h]) for h in range(H)], -1)
+        out = csr_aggregate(csr, w, v)
         out = self.lin_out(out)
         if return_attention_weights:
-            if perm is not None:
-                alpha = torch.empty_like(alpha).index_copy_(0, perm, alpha)
-            return out, (edge_index, alpha)
+            return out, (edge_index, to_edge_order(csr, alpha))
         return out
 
     def _attention(self, kc: Tensor, loc: Tensor, index: Tensor, num_nodes: Optional[int],
@@ -264,16 +249,8 @@ class LieSelfAttention(MessagePassing):
             score = kc * kl
         else:
             score = edge_mlp(self.combine_mlp, torch.cat([kc, kl], dim=-1))
-        return self._normalise(score, index, num_nodes, degree, ptr)  # (E, H)
-
-    def _normalise(self, score: Tensor, index: Tensor, num_nodes: Optional[int], degree: int = 0,
-                   ptr: Optional[Tensor] = None) -> Tensor:
-        """Softmax or constant normalisation of ``score (E, H)`` over each target's edges."""
         norm = "softmax" if self.normalization == "softmax" else "mean"
-        if degree > 0:  # (E, H) -> (H, N, degree): a dense normalisation over the last axis
-            st = score.t().reshape(score.shape[1], -1, degree)
-            return dense_edge_attention(st, dim=-1, normalization=norm).reshape(score.shape[1], -1).t()
-        return edge_attention(score, index, num_nodes, normalization=norm, ptr=ptr)
+        return edge_attention(score, index, num_nodes, normalization=norm, ptr=ptr, degree=degree)  # (E, H)
 
     def message(self, cq_i: Tensor, ck_j: Tensor, v_j: Tensor, loc: Tensor, index: Tensor,
                 ptr: Optional[Tensor], size_i: Optional[int]) -> Tensor:

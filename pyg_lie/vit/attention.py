@@ -13,17 +13,23 @@ Head decompositions (``Pi_r`` selects whole irrep channels):
 
 The layer is a PyG ``MessagePassing`` on the patch graph (complete by default); the
 softmax over each target's incoming edges is the shared
-:func:`pyg_lie.nn.attention_core.edge_attention`.
+:func:`pyg_lie.nn.attention_core.edge_attention`. When all heads have the same size
+(always for ``coupled``), the default fused path computes scores and weighted sums
+with the CSR kernels LieSelfAttention uses (:mod:`pyg_lie.nn._sparse_ops`: batched
+matrix products on the complete patch graph, SDDMM / SpMM otherwise), so no ``(E, d)``
+tensor is formed.
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+import math
+from typing import Mapping, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
+from ..nn._sparse_ops import CSRStructure, csr_aggregate, csr_scores, to_edge_order
 from ..nn.attention_core import edge_attention
 from .field_type import FieldType
 from .linear import EquivariantLinear
@@ -90,6 +96,9 @@ class EquivariantSelfAttention(MessagePassing):
         head_ids: explicit ``[[head of channel] per irrep]`` (overrides the above; used
             by :meth:`EquivariantViT.restrict`).
         dropout: dropout on attention weights (training only).
+        fused: ``"auto"`` (default) and ``True`` use the CSR kernels when all heads have
+            the same size (else the message-passing path); ``False`` always runs
+            ``propagate``. Same results either way (tested).
         bias: biases (trivial irrep only) in the q/k/v/o maps.
         normalization: ``"softmax"`` or ``"mean"`` (see ``edge_attention``).
 
@@ -100,7 +109,8 @@ class EquivariantSelfAttention(MessagePassing):
 
     def __init__(self, field_type: FieldType, heads: int = 1, attention: str = "coupled",
                  irrep_heads: Optional[Mapping[str, int]] = None, head_ids: Optional[Sequence[Sequence[int]]] = None,
-                 dropout: float = 0.0, bias: bool = True, normalization: str = "softmax"):
+                 dropout: float = 0.0, bias: bool = True, normalization: str = "softmax",
+                 fused: Union[bool, str] = "auto"):
         super().__init__(aggr="sum", node_dim=0)
         V = field_type
         self.field_type, self.attention, self.dropout, self.normalization = V, attention, dropout, normalization
@@ -122,6 +132,14 @@ class EquivariantSelfAttention(MessagePassing):
         self.register_buffer("feat_head", fh, persistent=False)
         self.register_buffer("score_proj", onehot, persistent=False)
         self.register_buffer("head_expand", F.one_hot(fh, self.heads).double().T.contiguous(), persistent=False)
+        if fused not in (True, False, "auto"):
+            raise ValueError(f"fused must be True, False or 'auto', got {fused!r}")
+        self.fused = fused
+        # channels grouped by head (stable), for the (N, H, D / H) layout of the fused path
+        self.equal_heads = bool((counts == counts[0]).all())
+        head_perm = torch.argsort(fh, stable=True)
+        self.register_buffer("head_perm", head_perm, persistent=False)
+        self.register_buffer("head_unperm", torch.argsort(head_perm), persistent=False)
         self.q = EquivariantLinear(V, V, bias)
         self.k = EquivariantLinear(V, V, bias)
         self.v = EquivariantLinear(V, V, bias)
@@ -136,13 +154,34 @@ class EquivariantSelfAttention(MessagePassing):
         return (f"{self.__class__.__name__}({self.field_type.dim}, {self.field_type.dim}, heads={self.heads}, "
                 f"attention={self.attention!r}, group={self.field_type.group.name})")
 
-    def forward(self, x: Tensor, edge_index: Tensor, return_attention_weights: bool = False):
+    def forward(self, x: Tensor, edge_index: Tensor, return_attention_weights: bool = False,
+                csr: Optional[CSRStructure] = None):
+        """``csr`` optionally passes ``CSRStructure.build(edge_index, N)``, built once for a
+        stack of layers on the same graph (fused path only)."""
+        if self.fused is not False and self.equal_heads:
+            return self._forward_fused(x, edge_index, return_attention_weights, csr)
         q, k, v = self.q(x), self.k(x), self.v(x)
         out = self.propagate(edge_index, q=q, k=k, v=v, size=None)
         out = self.o(out)
         alpha, self._alpha = self._alpha, None
         if return_attention_weights:
             return out, (edge_index, alpha)
+        return out
+
+    def _forward_fused(self, x: Tensor, edge_index: Tensor, return_attention_weights: bool,
+                       csr: Optional[CSRStructure]):
+        N, H = x.shape[0], self.heads
+        if csr is None:
+            csr = CSRStructure.build(edge_index, N)
+        q, k, v = (t.index_select(-1, self.head_perm).view(N, H, -1) for t in (self.q(x), self.k(x), self.v(x)))
+        score = csr_scores(csr, q, k) / math.sqrt(q.shape[-1])  # (H, E)
+        w = edge_attention(score.t(), csr.row, N, normalization=self.normalization, ptr=csr.crow,
+                           degree=csr.degree).t().contiguous()  # (H, E)
+        alpha = w.t()
+        w = F.dropout(w, p=self.dropout, training=self.training)
+        out = self.o(csr_aggregate(csr, w, v).index_select(-1, self.head_unperm))
+        if return_attention_weights:
+            return out, (edge_index, to_edge_order(csr, alpha))
         return out
 
     def message(self, q_i: Tensor, k_j: Tensor, v_j: Tensor, index: Tensor, ptr: Optional[Tensor],

@@ -124,12 +124,14 @@ def _csr(crow: Tensor, col: Tensor, values: Tensor) -> Tensor:
         return torch.sparse_csr_tensor(crow, col, values, (n, n))
 
 
-def _transposed(p: Parts) -> Parts:
+def _transposed(p: Parts) -> Tuple[Parts, Tensor]:
+    """The transposed pattern's arguments and ``perm_t``, which reorders values of ``p``'s
+    edges into the transposed order."""
     crow, col, crow_t, col_t, perm_t, iperm_t = p
     if perm_t is None:
         raise RuntimeError("the transposed CSR pattern was not built; call the op through "
                            "pyg_lie.nn._sparse_ops.sddmm / spmm, which build it when a gradient needs it")
-    return crow_t, col_t, crow, col, iperm_t, perm_t
+    return (crow_t, col_t, crow, col, iperm_t, perm_t), perm_t
 
 
 @torch.library.custom_op("pyg_lie::csr_sddmm", mutates_args=())
@@ -169,8 +171,8 @@ def _sddmm_backward(ctx, g: Tensor):
     if ctx.needs_input_grad[0]:
         gA = _spmm_op(g, B, *p)
     if ctx.needs_input_grad[1]:
-        pt = _transposed(p)
-        gB = _spmm_op(g.index_select(0, pt[5]), A, *pt)  # pt[5] = perm_t of the original
+        pt, perm_t = _transposed(p)
+        gB = _spmm_op(g.index_select(0, perm_t), A, *pt)
     return gA, gB, None, None, None, None, None, None
 
 
@@ -180,8 +182,8 @@ def _spmm_backward(ctx, g: Tensor):
     if ctx.needs_input_grad[0]:
         gw = _sddmm_op(g, V, *p)
     if ctx.needs_input_grad[1]:
-        pt = _transposed(p)
-        gV = _spmm_op(w.index_select(0, pt[5]), g, *pt)
+        pt, perm_t = _transposed(p)
+        gV = _spmm_op(w.index_select(0, perm_t), g, *pt)
     return gw, gV, None, None, None, None, None, None
 
 

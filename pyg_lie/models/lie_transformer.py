@@ -106,6 +106,18 @@ class LieTransformer(Module):
             if isinstance(mod, Linear):
                 mod.reset_parameters()
 
+    @torch.compiler.disable
+    def _graph(self, pos: Tensor, batch: Optional[Tensor], g: Tensor, transpose: bool):
+        """Lifted edges and their CSR structure (with the transposed pattern when gradients
+        are on). Their sizes depend on the data, so under ``torch.compile`` this runs eagerly
+        (one graph break) and the structure keeps its complete-clouds fast path."""
+        gen = None if self.training else torch.Generator().manual_seed(self.seed + 1)
+        edge_index = lifted_edges(pos, batch, self.lift.num_samples, self.radius, g=g,
+                                  group=self.group, max_num_neighbors=self.max_num_neighbors,
+                                  log_threshold=self.log_threshold,
+                                  distance_weights=self.distance_weights, generator=gen)
+        return edge_index, CSRStructure.build(edge_index, g.size(0), transpose=transpose)
+
     def lifted_features(self, x: Tensor, pos: Tensor, batch: Optional[Tensor] = None,
                         stabilizer: Optional[Tensor] = None):
         """Equivariant features of the lifted nodes.
@@ -117,17 +129,12 @@ class LieTransformer(Module):
         if x.size(1) != self.in_channels:
             raise ValueError(f"x must have {self.in_channels} channels (in_channels), got {x.size(1)}")
         lifted: LiftedPoints = self.lift(x, pos, batch, stabilizer=stabilizer)
-        gen = None if self.training else torch.Generator().manual_seed(self.seed + 1)
-        edge_index = lifted_edges(pos.detach(), batch, self.lift.num_samples, self.radius, g=lifted.g,
-                                  group=self.group, max_num_neighbors=self.max_num_neighbors,
-                                  log_threshold=self.log_threshold,
-                                  distance_weights=self.distance_weights, generator=gen)
+        edge_index, csr = self._graph(pos.detach(), batch, lifted.g, torch.is_grad_enabled())
         inv = None
         if self.invariant_dim > 0:
             inv = self.group.orbit_invariants(pos)[lifted.index].to(x.dtype)
         h = self.embed(lifted.x)
         rel = self.group.relative_log(lifted.g, edge_index, one_sided_cut=True)  # shared by all blocks
-        csr = CSRStructure.build(edge_index, h.size(0), transpose=torch.is_grad_enabled())
         for block in self.blocks:
             h = block(h, edge_index, lifted.g, inv, rel_log=rel, csr=csr)
         return self.norm(h), lifted, edge_index

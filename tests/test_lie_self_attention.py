@@ -223,9 +223,9 @@ def test_sparse_operators_pass_opcheck():
     G, layer, pos, lifted, ei, inv = setup("SO2", OPTIONS[0])
     s = CSRStructure.build(ei[:, torch.randperm(ei.size(1))], lifted.x.size(0))
     n = lifted.x.size(0)
-    A = torch.randn(n, 3, dtype=torch.float64, requires_grad=True)
-    B = torch.randn(n, 3, dtype=torch.float64, requires_grad=True)
-    w = torch.randn(s.row.numel(), dtype=torch.float64, requires_grad=True)
+    A = torch.randn(n, 2, 3, dtype=torch.float64, requires_grad=True)  # (N, heads, D)
+    B = torch.randn(n, 2, 3, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(2, s.row.numel(), dtype=torch.float64, requires_grad=True)  # (heads, E)
     torch.library.opcheck(torch.ops.pyg_lie.csr_sddmm, (A, B, *s.parts(True)))
     torch.library.opcheck(torch.ops.pyg_lie.csr_spmm, (w, B, *s.parts(True)))
 
@@ -287,6 +287,11 @@ def test_fused_path_matches_message_passing(opt):
     w = torch.randn(ei.size(1), dtype=torch.float64, requires_grad=True)
     assert gradcheck(lambda a, b: sddmm(s, a, b), (A, A.detach().clone().requires_grad_()))
     assert gradgradcheck(lambda w_, a: spmm(s, w_, a), (w, A))
+    # several heads in one call
+    A3 = torch.randn(lifted.x.size(0), 2, 3, dtype=torch.float64, requires_grad=True)
+    w3 = torch.randn(2, ei.size(1), dtype=torch.float64, requires_grad=True)
+    assert gradgradcheck(lambda a, b: sddmm(s, a, b), (A3, A3.detach().clone().requires_grad_()))
+    assert gradgradcheck(lambda w_, a: spmm(s, w_, a), (w3, A3))
 
 
 @pytest.mark.parametrize("opt", [0, 1])

@@ -134,31 +134,42 @@ def _transposed(p: Parts) -> Tuple[Parts, Tensor]:
     return (crow_t, col_t, crow, col, iperm_t, perm_t), perm_t
 
 
+# Multi-head operators (one call for all heads keeps the dispatch overhead of small graphs
+# low): ``A, B (N, H, D)`` -> ``(H, E)`` and ``w (H, E), V (N, H, Dv)`` -> ``(N, H, Dv)``.
 @torch.library.custom_op("pyg_lie::csr_sddmm", mutates_args=())
 def _sddmm_op(A: Tensor, B: Tensor, crow: Tensor, col: Tensor, crow_t: Optional[Tensor],
               col_t: Optional[Tensor], perm_t: Optional[Tensor], iperm_t: Optional[Tensor]) -> Tensor:
-    if col.numel() == 0:
-        return A.new_zeros(0)
-    pattern = _csr(crow, col, A.new_zeros(col.numel()))
-    return torch.sparse.sampled_addmm(pattern, A.contiguous(), B.t().contiguous(), beta=0.0).values().clone()
+    H, E = A.shape[1], col.numel()
+    out = A.new_empty(H, E)
+    if E == 0:
+        return out
+    pattern = _csr(crow, col, A.new_zeros(E))
+    for h in range(H):
+        out[h] = torch.sparse.sampled_addmm(pattern, A[:, h].contiguous(), B[:, h].t().contiguous(),
+                                            beta=0.0).values()
+    return out
 
 
 @_sddmm_op.register_fake
 def _(A, B, crow, col, crow_t, col_t, perm_t, iperm_t):
-    return A.new_empty(col.shape[0])
+    return A.new_empty(A.shape[1], col.shape[0])
 
 
 @torch.library.custom_op("pyg_lie::csr_spmm", mutates_args=())
 def _spmm_op(w: Tensor, V: Tensor, crow: Tensor, col: Tensor, crow_t: Optional[Tensor],
              col_t: Optional[Tensor], perm_t: Optional[Tensor], iperm_t: Optional[Tensor]) -> Tensor:
-    if w.numel() == 0:
-        return V.new_zeros(crow.numel() - 1, V.size(1))
-    return torch.sparse.mm(_csr(crow, col, w.contiguous()), V.contiguous())
+    N, H, Dv = crow.numel() - 1, V.shape[1], V.shape[2]
+    if w.shape[1] == 0:
+        return V.new_zeros(N, H, Dv)
+    out = V.new_empty(N, H, Dv)
+    for h in range(H):
+        out[:, h] = torch.sparse.mm(_csr(crow, col, w[h].contiguous()), V[:, h].contiguous())
+    return out
 
 
 @_spmm_op.register_fake
 def _(w, V, crow, col, crow_t, col_t, perm_t, iperm_t):
-    return V.new_empty(crow.shape[0] - 1, V.shape[1])
+    return V.new_empty(crow.shape[0] - 1, V.shape[1], V.shape[2])
 
 
 def _save(ctx, inputs, output) -> None:
@@ -172,7 +183,7 @@ def _sddmm_backward(ctx, g: Tensor):
         gA = _spmm_op(g, B, *p)
     if ctx.needs_input_grad[1]:
         pt, perm_t = _transposed(p)
-        gB = _spmm_op(g.index_select(0, perm_t), A, *pt)
+        gB = _spmm_op(g.index_select(1, perm_t), A, *pt)
     return gA, gB, None, None, None, None, None, None
 
 
@@ -183,7 +194,7 @@ def _spmm_backward(ctx, g: Tensor):
         gw = _sddmm_op(g, V, *p)
     if ctx.needs_input_grad[1]:
         pt, perm_t = _transposed(p)
-        gV = _spmm_op(w.index_select(0, perm_t), g, *pt)
+        gV = _spmm_op(w.index_select(1, perm_t), g, *pt)
     return gw, gV, None, None, None, None, None, None
 
 
@@ -196,12 +207,18 @@ def _needs_transpose(*ts: Tensor) -> bool:
 
 
 def sddmm(s: CSRStructure, A: Tensor, B: Tensor) -> Tensor:
-    """``(E,)`` with ``A[dst_e] . B[src_e]`` for ``A, B (N, D)`` (sorted edge order)."""
+    """``(E,)`` with ``A[dst_e] . B[src_e]`` for ``A, B (N, D)``, or ``(H, E)`` per head for
+    ``A, B (N, H, D)`` (sorted edge order)."""
+    if A.dim() == 2:
+        return sddmm(s, A.unsqueeze(1), B.unsqueeze(1))[0]
     return _sddmm_op(A, B, *s.parts(_needs_transpose(A, B)))
 
 
 def spmm(s: CSRStructure, w: Tensor, V: Tensor) -> Tensor:
-    """``(N, D)`` with ``sum_{e -> i} w_e V[src_e]`` for ``w (E,)``, ``V (N, D)``."""
+    """``(N, D)`` with ``sum_{e -> i} w_e V[src_e]`` for ``w (E,)``, ``V (N, D)``, or
+    ``(N, H, Dv)`` per head for ``w (H, E)``, ``V (N, H, Dv)``."""
+    if w.dim() == 1:
+        return spmm(s, w.unsqueeze(0), V.unsqueeze(1))[:, 0]
     return _spmm_op(w, V, *s.parts(_needs_transpose(w, V)))
 
 
@@ -218,8 +235,7 @@ def csr_scores(s: CSRStructure, q: Tensor, k: Tensor) -> Tensor:
         n = s.degree
         qb, kb = (t.view(N // n, n, H, D).permute(2, 0, 1, 3) for t in (q, k))  # (H, B, n, D)
         return (qb @ kb.transpose(-1, -2)).reshape(H, -1)
-    qs, ks = q.unbind(1), k.unbind(1)  # unbind: one stacked gradient, not H full-size ones
-    return torch.stack([sddmm(s, qs[h], ks[h]) for h in range(H)], 0)
+    return sddmm(s, q, k)
 
 
 def csr_aggregate(s: CSRStructure, w: Tensor, v: Tensor) -> Tensor:
@@ -230,8 +246,7 @@ def csr_aggregate(s: CSRStructure, w: Tensor, v: Tensor) -> Tensor:
         n = s.degree
         vb = v.view(N // n, n, H, Dv).permute(2, 0, 1, 3)
         return (w.view(H, N // n, n, n) @ vb).permute(1, 2, 0, 3).reshape(N, H * Dv)
-    ws, vs = w.unbind(0), v.unbind(1)
-    return torch.cat([spmm(s, ws[h], vs[h]) for h in range(H)], -1)
+    return spmm(s, w, v).reshape(N, H * Dv)
 
 
 def to_edge_order(s: CSRStructure, t: Tensor) -> Tensor:

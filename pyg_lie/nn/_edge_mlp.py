@@ -98,6 +98,11 @@ def _chunked_backward(grad_out: Tensor, x: Tensor, params: Sequence[Tensor], chu
     pre, act, g_act, g_pre = (_hidden_buffers(x, params, min(chunk, E)) for _ in range(4))
     gx = torch.empty_like(x) if need_x else x.new_empty(0)
     gp: List[Tensor] = [torch.zeros_like(p) for p in params]
+    # weight gradients as sums over rows: MKL is ~3x faster for a (16, 16384) @ (16384, 2)
+    # product when it computes the transposed (2, 16) result (measured 37 vs 110 us), so
+    # layers with fewer inputs than outputs accumulate W^T
+    flip = [params[2 * i].shape[1] < params[2 * i].shape[0] for i in range(n)]
+    gw = [gp[2 * i].t().contiguous() if flip[i] else gp[2 * i] for i in range(n)]
     for s in range(0, E, chunk):
         r = min(chunk, E - s)
         a, z = [b[:r] for b in act], [b[:r] for b in pre]
@@ -106,12 +111,19 @@ def _chunked_backward(grad_out: Tensor, x: Tensor, params: Sequence[Tensor], chu
         for i in reversed(range(n)):
             if i < n - 1:  # g * silu'(z), one fused kernel
                 g = torch.ops.aten.silu_backward.grad_input(g, z[i], grad_input=g_pre[i][:r])
-            gp[2 * i].addmm_(g.t(), a[i - 1] if i else x[s:s + r])
+            a_in = a[i - 1] if i else x[s:s + r]
+            if flip[i]:
+                gw[i].addmm_(a_in.t(), g)
+            else:
+                gw[i].addmm_(g.t(), a_in)
             gp[2 * i + 1].add_(g.sum(0))
             if i:
                 g = torch.mm(g, params[2 * i], out=g_act[i - 1][:r])
             elif need_x:
                 torch.mm(g, params[0], out=gx[s:s + r])
+    for i in range(n):
+        if flip[i]:
+            gp[2 * i] = gw[i].t().contiguous()  # custom operators return fresh, dense outputs
     return [gx, *gp]
 
 

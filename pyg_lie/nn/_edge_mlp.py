@@ -27,7 +27,6 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Linear, Sequential, SiLU
 
-
 __all__ = ["edge_mlp", "EDGE_CHUNK"]
 
 #: rows per block: 16384 x 16 floats = 1 MiB of activations per layer. The blocks write into

@@ -96,11 +96,11 @@ class EquivariantSelfAttention(MessagePassing):
         head_ids: explicit ``[[head of channel] per irrep]`` (overrides the above; used
             by :meth:`EquivariantViT.restrict`).
         dropout: dropout on attention weights (training only).
+        bias: biases (trivial irrep only) in the q/k/v/o maps.
+        normalization: ``"softmax"`` or ``"mean"`` (see ``edge_attention``).
         fused: ``"auto"`` (default) and ``True`` use the CSR kernels when all heads have
             the same size (else the message-passing path); ``False`` always runs
             ``propagate``. Same results either way (tested).
-        bias: biases (trivial irrep only) in the q/k/v/o maps.
-        normalization: ``"softmax"`` or ``"mean"`` (see ``edge_attention``).
 
     Shapes:
         ``x``: ``(N, V.dim)``; ``edge_index``: ``(2, E)`` with ``j -> i`` edges;

@@ -266,14 +266,16 @@ def test_fused_attention_compiles_without_graph_breaks():
 
 
 def test_model_fused_and_message_passing_agree():
-    """A whole model with the fused attention (cached patch-graph structure) equals the same
-    weights on the message-passing path; a second call reuses the cached structure."""
+    """A whole model with the fused attention (cached patch-graph structure), eager and
+    compiled, equals the same weights on the message-passing path."""
     torch.manual_seed(2)
     m = _perturb(EquivariantViT("D4", "square", img_size=8, patch_size=2, num_classes=3, depth=2, heads=3,
                                 channels=3)).double()
     x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
     y = m(x)
     assert m._structure(2, x.device).complete
+    compiled = torch.compile(m, backend="aot_eager")  # the structure is built eagerly
+    torch.testing.assert_close(compiled(x), y, rtol=1e-12, atol=1e-12)
     for blk in m.blocks:
         blk.attn.fused = False
     torch.testing.assert_close(m(x), y, rtol=1e-12, atol=1e-12)

@@ -17,7 +17,6 @@ from typing import Callable, Mapping, Optional, Union
 import torch
 from torch import Tensor, nn
 
-from ..groups.base import _is_compiling
 from ..nn._sparse_ops import CSRStructure
 from ..vit.attention import EquivariantSelfAttention, complete_graph, radius_patch_graph
 from ..vit.field_type import FieldType
@@ -181,16 +180,15 @@ class EquivariantViT(nn.Module):
             self._graphs = {key: ei}
         return self._graphs[key]
 
+    @torch.compiler.disable
     def _structure(self, batch: int, device) -> CSRStructure:
-        """The patch graph's CSR structure for the blocks' fused attention (cached like the
-        graph; built anew inside ``torch.compile``, where it cannot be cached)."""
+        """The patch graph's CSR structure for the blocks' fused attention, cached like the
+        graph. Eager under ``torch.compile`` (one graph break): built there, it could be
+        neither cached nor recognised as complete (batched products)."""
         key = (batch, str(device))
-        csr = self._csrs.get(key)
-        if csr is None:
-            csr = CSRStructure.build(self.edge_index(batch, device), batch * self.num_tokens)
-            if not _is_compiling():
-                self._csrs = {key: csr}
-        return csr
+        if key not in self._csrs:
+            self._csrs = {key: CSRStructure.build(self.edge_index(batch, device), batch * self.num_tokens)}
+        return self._csrs[key]
 
     def invariants(self, cls: Tensor) -> Tensor:
         """Eq. (15): ``cls^triv (+) (||cls^rho_c||)_{rho != triv, c}``, shape ``(B, num_invariants)``."""

@@ -356,3 +356,19 @@ def test_benchmark_clouds_have_the_stated_mean_degree(n, degree, K):
     pos, r = _cloud(n, 1, degree, torch.Generator().manual_seed(3))
     ei = lifted_edges(pos, None, K, r)
     assert abs(ei.size(1) / (n * K) - degree * K) < 0.02 * degree * K
+
+
+def test_benchmark_compiled_model_row_and_table():
+    """``bench lie-self-attention --compile``: the compiled model runs in ``run_config`` (its
+    compilation timed apart from the repeats) and the table prints compiled / eager."""
+    import argparse
+
+    from pyg_lie.benchmarks.lie_self_attention import format_tables, run_config
+    cfg = dict(impl="model-compiled", name="T2 32x32 d128 L4 all", group="T2", K=1, N=6, clouds=2, dim=8,
+               heads=2, layers=1, degree=None, repeats=1, threads=1)
+    res = run_config(cfg)
+    assert res["compile_time"] > 0 and res["time"] > 0 and res["num_edges"] == 2 * 36
+    eager = dict(cfg, impl="model", time=0.02)
+    table = format_tables([eager, {**cfg, **res, "time": 0.03}],
+                          argparse.Namespace(threads=1, repeats=1, dim=8, heads=2))
+    assert "compiled / eager" in table and "| 0.030 | 1.50 |" in table

@@ -72,7 +72,7 @@ def dense_edge_attention(score: Tensor, dim: int = 1, normalization: str = "soft
     :func:`edge_attention`, without a scatter.
     """
     if normalization == "softmax":
-        return torch.softmax(score, dim=dim)
+        return _softmax_op(score, dim)
     if normalization in ("mean", "constant"):
         return score / max(score.shape[dim], 1)
     raise ValueError(f"normalization must be 'softmax' or 'mean', got {normalization!r}")
@@ -138,3 +138,42 @@ def _sorted_edge_attention(score: Tensor, index: Tensor, ptr: Tensor, normalizat
     else:
         raise ValueError(f"normalization must be 'softmax' or 'mean', got {normalization!r}")
     return (w.t() if heads_first else w).reshape(shape)
+
+
+# The dense softmax as a custom operator: traced under torch.compile with dynamic shapes,
+# inductor fused it with the neighbouring reshapes into a scalar (unvectorised) backward loop
+# parallel over the heads only (SE(2), 4 lifts, 32 x 32 points: 140 ms per block against
+# 1.3 ms static); called as an operator it runs aten's kernels in every case.
+@torch.library.custom_op("pyg_lie::softmax", mutates_args=())
+def _softmax_op(score: Tensor, dim: int) -> Tensor:
+    return torch.softmax(score.contiguous(), dim=dim)  # contiguous in, contiguous out
+
+
+@_softmax_op.register_fake
+def _(score, dim):
+    return score.new_empty(score.shape)
+
+
+@torch.library.custom_op("pyg_lie::softmax_backward", mutates_args=())
+def _softmax_backward_op(g: Tensor, w: Tensor, dim: int) -> Tensor:
+    return torch.ops.aten._softmax_backward_data(g.contiguous(), w, dim, w.dtype)
+
+
+@_softmax_backward_op.register_fake
+def _(g, w, dim):
+    return w.new_empty(w.shape)
+
+
+def _softmax_setup(ctx, inputs, output) -> None:
+    ctx.dim = inputs[1]
+    ctx.save_for_backward(output)
+
+
+def _softmax_grad(ctx, g: Tensor):
+    (w,) = ctx.saved_tensors
+    if torch.is_grad_enabled():  # create_graph=True: the same formula with differentiable ops
+        return w * (g - (g * w).sum(ctx.dim, keepdim=True)), None
+    return _softmax_backward_op(g, w, ctx.dim), None
+
+
+_softmax_op.register_autograd(_softmax_grad, setup_context=_softmax_setup)

@@ -192,11 +192,11 @@ def test_subsampling_and_threshold_options_run():
     assert torch.isfinite(y).all() and torch.equal(y, model(torch.ones(20, 2, dtype=torch.float64), pos))
 
 
-def test_model_compiles_with_breaks_only_at_graph_construction_and_seeded_lift():
+def test_model_compiles_with_breaks_only_at_graph_construction_and_haar_lift():
     """Under torch.compile the whole model breaks only around the data-dependent graph
-    construction (run eagerly, so complete clouds keep their batched path) and the seeded
-    evaluation-mode lift (a generator cannot live in a graph); the compiled model (AOT
-    autograd) equals eager in values and parameter gradients (float64)."""
+    construction (run eagerly, so complete clouds keep their batched path) and the Haar
+    lift's sampling (eager: seeded generators and symbolic sizes do not trace); the compiled
+    model (AOT autograd) equals eager in values and parameter gradients (float64)."""
     torch.manual_seed(0)
     model = LieTransformer("SE2", 1, 16, 3, num_layers=2, heads=2, lift_samples=2, radius=1.2,
                            kernel_dim=8).double().eval()
@@ -215,3 +215,23 @@ def test_model_compiles_with_breaks_only_at_graph_construction_and_seeded_lift()
         res.append([out.detach()] + [p.grad.clone() for p in model.parameters()])
     for a, b in zip(*res):
         assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_compiled_training_on_clouds_of_varying_size():
+    """Training mode (Haar samples from the global RNG, drawn eagerly) on batches whose
+    sizes change, which makes dynamo trace with dynamic shapes: the compiled model runs and,
+    with the same seed, equals eager."""
+    torch.manual_seed(0)
+    model = LieTransformer("SE2", 1, 16, 3, num_layers=2, heads=2, lift_samples=2, radius=None,
+                           kernel_dim=8).double().train()
+    compiled = torch.compile(model, backend="aot_eager")
+    gen = torch.Generator().manual_seed(1)
+    for k, sizes in enumerate(([5, 7, 6], [4, 8, 3], [6, 6, 9])):
+        batch = torch.arange(3).repeat_interleave(torch.tensor(sizes))
+        pos = torch.randn(batch.numel(), 2, generator=gen, dtype=torch.float64)
+        x = torch.ones(batch.numel(), 1, dtype=torch.float64)
+        torch.manual_seed(10 + k)
+        ref = model(x, pos, batch, num_graphs=3)
+        torch.manual_seed(10 + k)
+        got = compiled(x, pos, batch, num_graphs=3)
+        assert torch.allclose(got, ref, rtol=1e-10, atol=1e-12)

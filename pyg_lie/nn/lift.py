@@ -185,14 +185,14 @@ class Lift(torch.nn.Module):
         if self.mode == "finite":
             h = self.group.stabilizer_embed(self.subgroup.to(dtype=dtype, device=device))
             return h.unsqueeze(0).expand(num_points, -1, -1, -1)
-        if not self.training:
-            return self._seeded_samples(num_points, dtype, device)
-        return self.group.stabilizer_random(num_points, self.num_samples, dtype=dtype, device=device)
+        return self._haar_samples(num_points, dtype, device)
 
     @torch.compiler.disable
-    def _seeded_samples(self, num_points: int, dtype: torch.dtype, device) -> Tensor:
-        # eager under torch.compile: a torch.Generator cannot be created inside a graph
-        gen = torch.Generator().manual_seed(self.seed)
+    def _haar_samples(self, num_points: int, dtype: torch.dtype, device) -> Tensor:
+        # eager under torch.compile (one graph break): a torch.Generator cannot be created in
+        # a graph, and random sampling with a symbolic number of points (dynamic shapes, e.g.
+        # clouds of varying size) fails to trace
+        gen = None if self.training else torch.Generator().manual_seed(self.seed)
         return self.group.stabilizer_random(num_points, self.num_samples, generator=gen,
                                             dtype=dtype, device=device)
 

@@ -123,3 +123,29 @@ def test_two_process_ddp_matches_single_process(tmp_path):
         assert abs(x["val_mse"] - y["val_mse"]) <= 1e-5 * abs(x["val_mse"])
     # rank 0 alone wrote the outputs
     assert sorted(os.listdir(ddp)) == sorted(os.listdir(single))
+
+
+@pytest.mark.skipif(shutil.which("torchrun") is None and not os.path.exists(
+    os.path.join(os.path.dirname(sys.executable), "torchrun")), reason="torchrun not found")
+def test_two_process_constellation_matches_single_process(tmp_path):
+    """``train constellation`` under torchrun wraps the model in DDP: two processes (gloo)
+    end with the parameters and losses of one process on the same global batches (T(2): no
+    random lift), and only rank 0 writes the outputs."""
+    from pyg_lie.experiments import constellation
+    tiny = ["train", "constellation", "--group", "T2", "--num-train", "32", "--num-test", "8", "--hidden", "8",
+            "--layers", "1", "--heads", "2", "--kernel-dim", "4", "--batch-size", "8", "--epochs", "2",
+            "--lr", "1e-2", "--invariance-lifts", "--invariance-clouds", "4", "--no-progress"]
+    single, ddp = str(tmp_path / "single"), str(tmp_path / "ddp")
+    assert constellation.main(build_parser(tiny).parse_args(tiny + ["--out", single])) == 0
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    proc = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", "-m", "pyg_lie", *tiny, "--out", ddp],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, c = _params(f"{single}/checkpoint.pt"), _params(f"{ddp}/checkpoint.pt")
+    for key in a:
+        torch.testing.assert_close(c[key], a[key], rtol=1e-5, atol=1e-6)
+    ra, rc = read_metrics(f"{single}/metrics.csv"), read_metrics(f"{ddp}/metrics.csv")
+    for x, y in zip(ra, rc):
+        assert abs(x["train_loss"] - y["train_loss"]) <= 1e-5 * abs(x["train_loss"])
+    assert sorted(os.listdir(ddp)) == sorted(os.listdir(single))

@@ -303,7 +303,8 @@ def main(args) -> int:
     from torch_geometric.loader import DataLoader
 
     from ..datasets.constellation import Constellation
-    from ..training import fit, init_distributed, seed_everything
+    from ..training import cleanup, fit, init_distributed, seed_everything, wrap_model
+    from ..training.ddp import broadcast_object
 
     torch.set_num_threads(max(1, args.threads))
     env = init_distributed(args.device)
@@ -311,12 +312,14 @@ def main(args) -> int:
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     data = Constellation.splits(args.num_train, args.num_test, seed=args.data_seed, variant=args.data)
-    model = build_model(args).to(env.device)
-    nparams = sum(p.numel() for p in model.parameters())
+    net = build_model(args).to(env.device)
+    nparams = sum(p.numel() for p in net.parameters())
     if args.init_from is not None and args.resume is None:
-        _init_from(model, args.init_from)
-    print(f"{model!r}\n{nparams} parameters; train {len(data['train'])}, test {len(data['test'])} "
-          f"(data {time.time() - t0:.1f} s)")
+        _init_from(net, args.init_from)
+    if env.is_main:
+        print(f"{net!r}\n{nparams} parameters; train {len(data['train'])}, test {len(data['test'])} "
+              f"(data {time.time() - t0:.1f} s, {env.world_size} process(es))")
+    model = wrap_model(net, env)  # DDP under torchrun: gradients averaged over the ranks
     opt = torch.optim.Adam(model.parameters(), lr=args.lr, betas=tuple(args.betas))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: lr_factor(epoch, args))
     aug_gen = torch.Generator().manual_seed(args.seed + 17)
@@ -354,10 +357,18 @@ def main(args) -> int:
         stop_after = max(0, int(remaining / max(per_epoch, 1e-3)) - 1)
         if args.schedule == "cosine" and args.resume is None:
             args.epochs = min(args.epochs, len(probe) + stop_after)
+        # rank 0's plan for every rank (their clocks differ); the broadcast also waits for rank 0
+        # to have written the checkpoint the next call resumes from
+        stop_after, args.epochs = broadcast_object((stop_after, args.epochs), env)
+        if args.schedule == "cosine" and env.is_main:
             print(f"cosine schedule over {args.epochs} epochs (what fits in {args.time_limit} min)")
         args.resume = os.path.join(args.out, "checkpoint.pt")
     if stop_after is None or stop_after > 0:
         train(stop_after)
+    if not env.is_main:  # the final evaluation and the outputs are rank 0's
+        cleanup(env)
+        return 0
+    model = net
     from ..training.logging import read_metrics
     rows = read_metrics(os.path.join(args.out, "metrics.csv"))
     title = f"LieTransformer-{args.group} ({args.lift}, K={args.lift_samples}), {args.num_train} train"
@@ -397,6 +408,7 @@ def main(args) -> int:
     print(table)
     print(f"epochs: {res['epochs_done']}, wall time {res['wall_time_s']:.0f} s")
     print("plots: " + ", ".join(plots))
+    cleanup(env)
     return 0
 
 

@@ -149,3 +149,16 @@ def test_two_process_constellation_matches_single_process(tmp_path):
     for x, y in zip(ra, rc):
         assert abs(x["train_loss"] - y["train_loss"]) <= 1e-5 * abs(x["train_loss"])
     assert sorted(os.listdir(ddp)) == sorted(os.listdir(single))
+
+
+@pytest.mark.parametrize("command", ["vit", "swe", "lie-sequence"])
+def test_single_process_commands_refuse_several_processes(monkeypatch, command):
+    """Commands without data parallelism stop under torchrun with more than one process
+    (each process would train on everything and write the same files), naming the ones
+    that do run data-parallel."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    import importlib
+    args = build_parser(["train", command]).parse_args(["train", command])
+    exp = importlib.import_module("pyg_lie.experiments." + command.replace("-", "_"))
+    with pytest.raises(SystemExit, match="constellation"):
+        exp.main(args)

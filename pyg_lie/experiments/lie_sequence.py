@@ -207,6 +207,8 @@ def plot_losses(results: dict, path: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from ..training import require_single_process
+    require_single_process("lie-sequence")
     if args.threads:
         torch.set_num_threads(args.threads)
     from ..groups import GROUPS

@@ -145,6 +145,8 @@ def _evaluate(model: nn.Module, X: Tensor, Y: Tensor, w: Tensor, batch: int) -> 
 
 
 def main(args: argparse.Namespace) -> int:
+    from ..training import require_single_process
+    require_single_process("swe")
     import matplotlib
 
     matplotlib.use("Agg")

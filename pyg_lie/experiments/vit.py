@@ -367,6 +367,8 @@ def _summary(results: list[dict]) -> list[str]:
 
 
 def main(a) -> int:
+    from ..training import require_single_process
+    require_single_process("vit")
     if a.threads:
         torch.set_num_threads(a.threads)
     os.makedirs(a.out, exist_ok=True)

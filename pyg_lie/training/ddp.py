@@ -90,6 +90,20 @@ def init_distributed(device: Optional[str] = None) -> DistEnv:
     return DistEnv(rank=rank, world_size=world, local_rank=local, device=dev, backend=backend)
 
 
+#: training commands that run data-parallel under torchrun
+DDP_COMMANDS = ("springs", "qm9", "constellation")
+
+
+def require_single_process(command: str) -> None:
+    """Stop a single-process training command started by torchrun with several processes
+    (each would train on all the data and write the same files)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        raise SystemExit(f"pyg-lie train {command} runs in one process, but torchrun started {world} "
+                         f"(WORLD_SIZE={world}); run it without torchrun, or use a data-parallel "
+                         f"command: {', '.join(DDP_COMMANDS)}")
+
+
 def cleanup(env: DistEnv) -> None:
     """Destroy the process group (call at the end of ``main``)."""
     if env.distributed and dist.is_initialized():

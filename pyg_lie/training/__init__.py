@@ -6,5 +6,5 @@ from .logging import MetricsLogger, plot_learning_curves
 from .trainer import fit
 
 __all__ = ["DistEnv", "init_distributed", "cleanup", "wrap_model", "unwrap", "train_loader", "eval_loader",
-           "all_reduce_sum", "require_single_process", "seed_everything", "save_checkpoint", "load_checkpoint", "load_weights",
-           "MetricsLogger", "plot_learning_curves", "fit"]
+           "all_reduce_sum", "require_single_process", "seed_everything", "save_checkpoint", "load_checkpoint",
+           "load_weights", "MetricsLogger", "plot_learning_curves", "fit"]

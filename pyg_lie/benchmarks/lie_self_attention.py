@@ -16,7 +16,8 @@ against ``N`` (points per cloud) and the number of lift samples ``K``, and the
 full model (lift + edges + blocks + pooling) on the configurations whose
 official-implementation timings are listed in ``FIELD_NOTES.md`` section 2, built
 with the official blocks' widths (``OFFICIAL_ARCH``: location MLP 16-16, pointwise
-MLP ``d -> d -> d``) so that both sides do the same per-node work.
+MLP ``d -> d -> d``) so that both sides do the same per-node work; with ``--compile``
+also with every block under ``torch.compile`` (compilation timed apart).
 
 Every configuration is run twice, in separate subprocesses: once for time with
 the default allocator (what users get), once for memory. Peak memory: each
@@ -53,6 +54,9 @@ __all__ = ["add_arguments", "main", "dense_lie_self_attention", "run_config"]
 #: ``MLP(dim, dim, dim)`` of ``EquivariantTransformerBlock`` (dot-product content and
 #: softmax are the model's defaults)
 OFFICIAL_ARCH = dict(kernel_dim=16, kernel_layers=3, mlp_ratio=1.0)
+
+#: the implementations of the one-layer sweep (the rest time the full model)
+SWEEP_IMPLS = ("sparse", "dense", "transformerconv")
 
 #: official implementation on this CPU (FIELD_NOTES section 2): seconds, GB
 OFFICIAL = {
@@ -320,7 +324,7 @@ def main(args) -> int:
     if not args.skip_sweep:
         for K in args.lifts:
             for n in args.sizes:
-                for impl in ("sparse", "dense", "transformerconv"):
+                for impl in SWEEP_IMPLS:
                     if impl == "dense" and n * K > args.dense_max_nodes:
                         continue
                     jobs.append(dict(impl=impl, group="SE2", K=K, N=n, dim=args.dim, heads=args.heads,
@@ -372,7 +376,7 @@ def _fmt_m(r):
 def format_tables(results: List[Dict], args) -> str:
     lines = [f"threads={args.threads}, median of {args.repeats} (after a warm-up); memory = peak RSS growth "
              f"during forward+backward (MB), fresh subprocess per row", ""]
-    sweep = [r for r in results if r["impl"] not in ("model", "pointwise", "model-compiled")]
+    sweep = [r for r in results if r["impl"] in SWEEP_IMPLS]
     if sweep:
         lines += ["### one LieSelfAttention layer (SE2, dim %d, %d heads, location MLP 16-16), forward+backward"
                   % (args.dim, args.heads), "",
@@ -420,11 +424,11 @@ def plot(results: List[Dict], path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    sweep = [r for r in results if r["impl"] in ("sparse", "dense", "transformerconv") and "time" in r]
+    sweep = [r for r in results if r["impl"] in SWEEP_IMPLS and "time" in r]
     if not sweep:
         return
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-    for impl in ("sparse", "dense", "transformerconv"):
+    for impl in SWEEP_IMPLS:
         for K in sorted({r["K"] for r in sweep}):
             rs = sorted([r for r in sweep if r["impl"] == impl and r["K"] == K], key=lambda r: r["N"])
             if rs:

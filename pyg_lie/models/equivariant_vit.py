@@ -186,8 +186,10 @@ class EquivariantViT(nn.Module):
         graph. Eager under ``torch.compile`` (one graph break): built there, it could be
         neither cached nor recognised as complete (batched products)."""
         key = (batch, str(device))
-        if key not in self._csrs:
-            self._csrs = {key: CSRStructure.build(self.edge_index(batch, device), batch * self.num_tokens)}
+        if key not in self._csrs:  # with the transposed pattern gradients need (local graphs):
+            # built here once, where it is cached, not inside every compiled call
+            self._csrs = {key: CSRStructure.build(self.edge_index(batch, device), batch * self.num_tokens,
+                                                  transpose=True)}
         return self._csrs[key]
 
     def invariants(self, cls: Tensor) -> Tensor:

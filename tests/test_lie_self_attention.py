@@ -394,3 +394,33 @@ def test_compiled_block_dynamic_shapes_on_complete_clouds():
         got = _block_grads(compiled, lifted.x, block, ei, lifted.g, csr=csr)
         for a, b in zip(ref, got):
             assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_benchmark_matmul_gflop_counts_the_dense_formulation():
+    """``matmul_gflop`` (the work behind the benchmark's hard speed-up bound) equals what
+    torch's FLOP counter sees in a forward + backward of the blocks computed densely on one
+    complete cloud, where every pair is an edge (less the relative group elements, which the
+    dense code recomputes in every layer with 3 x 3 products)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from pyg_lie.benchmarks.lie_self_attention import OFFICIAL_ARCH, matmul_gflop
+    from pyg_lie.models.lie_transformer import LieTransformer
+    G = get_group("SE2")
+    K, n = 2, 5
+    M = n * K
+    model = LieTransformer(G, 1, 16, 1, num_layers=2, heads=4, lift_samples=K, radius=10.0,
+                           **OFFICIAL_ARCH).double()
+    lifted = Lift(G, K).eval()(torch.ones(n, 1, dtype=torch.float64), cloud(G, n))
+    h = torch.randn(1, M, 16, dtype=torch.float64, requires_grad=True)
+    adj = torch.ones(1, M, M, dtype=torch.bool)
+    with FlopCounterMode(display=False) as counter:
+        y = h
+        for blk in model.blocks:
+            y = y + dense_lie_self_attention(blk.attn, blk.norm1(y), lifted.g.unsqueeze(0), adj)
+            y = y + blk.mlp(blk.norm2(y))
+        y.sum().backward()
+    g = lifted.g.unsqueeze(0)
+    with FlopCounterMode(display=False) as group_ops:
+        G.log(G.between(g.unsqueeze(2), g.unsqueeze(1)))
+    dense = counter.get_total_flops() - len(model.blocks) * group_ops.get_total_flops()
+    assert dense == pytest.approx(matmul_gflop(model, M, M * M) * 1e9, rel=1e-12)

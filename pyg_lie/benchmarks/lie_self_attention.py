@@ -17,7 +17,11 @@ full model (lift + edges + blocks + pooling) on the configurations whose
 official-implementation timings are listed in ``FIELD_NOTES.md`` section 2, built
 with the official blocks' widths (``OFFICIAL_ARCH``: location MLP 16-16, pointwise
 MLP ``d -> d -> d``) so that both sides do the same per-node work; with ``--compile``
-also with every block under ``torch.compile`` (compilation timed apart).
+also with every block under ``torch.compile`` (compilation timed apart). Beside each
+configuration, two bounds on the speed-up any implementation can reach on the machine: the
+per-node work timed alone (``pointwise``), and the blocks' matrix products
+(:func:`matmul_gflop`) at the best fp32 matrix-product rate measured in the same run
+(:func:`peak_gemm_gflops`).
 
 Every configuration is run twice, in separate subprocesses: once for time with
 the default allocator (what users get), once for memory. Peak memory: each
@@ -118,6 +122,45 @@ def _cloud(n: int, num_clouds: int, degree: Optional[float], gen: torch.Generato
     return pos, radius
 
 
+def matmul_gflop(model, num_nodes: int, num_edges: int) -> float:
+    """GFLOP of the matrix products in one forward + backward of ``model``'s blocks on
+    ``num_nodes`` lifted nodes and ``num_edges`` edges (dot-product content): the per-node
+    linear maps (Q/K/V/output projections, block MLP), the location MLP's linear maps on every
+    edge, the scores ``q_i . k_j`` and the weighted sums of ``v_j``. Each product counts once
+    forward and once per gradient (weights, inputs), except the gradient of the location
+    MLP's input, which nothing needs. Lift, embedding, pooling and head are left out, so this
+    is a lower bound for any implementation of the architecture."""
+    from torch.nn import Linear
+
+    def linears(mods):
+        return [m for m in mods if isinstance(m, Linear)]
+
+    flop = 0
+    for blk in model.blocks:
+        a = blk.attn
+        for lin in [a.lin_q, a.lin_k, a.lin_v, a.lin_out, *linears(blk.mlp)]:
+            flop += 3 * 2 * num_nodes * lin.in_features * lin.out_features
+        for i, lin in enumerate(linears(a.loc_mlp)):
+            flop += (3 if i else 2) * 2 * num_edges * lin.in_features * lin.out_features
+        flop += 2 * 3 * 2 * num_edges * a.heads * a.head_dim
+    return flop / 1e9
+
+
+def peak_gemm_gflops() -> float:
+    """This CPU's best fp32 matrix-product rate (GFLOP/s) over square sizes 512-2048, at the
+    current thread count."""
+    best = 0.0
+    for n in (512, 1024, 2048):
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        a @ b
+        reps = max(1, int(4e9 / (2 * n ** 3)))
+        t = time.perf_counter()
+        for _ in range(reps):
+            a @ b
+        best = max(best, 2 * n ** 3 * reps / (time.perf_counter() - t) / 1e9)
+    return best
+
+
 def run_config(cfg: Dict) -> Dict:
     """Run one configuration in this process; returns times (s) and memory (MB)."""
     torch.set_num_threads(cfg.get("threads", 1))
@@ -159,6 +202,7 @@ def run_config(cfg: Dict) -> Dict:
         lifted = model.lift(x, pos, batch)
         ei = lifted_edges(pos, batch, K, radius)
         h0 = torch.randn(lifted.g.size(0), d, generator=gen, requires_grad=True)
+        out.update(gflop=matmul_gflop(model, lifted.g.size(0), ei.size(1)), peak_gflops=peak_gemm_gflops())
 
         def step():
             h = h0
@@ -369,6 +413,18 @@ def _fmt_t(r):
     return f"{r['time'] * 1e3:.1f}" if "time" in r else r.get("error", "-")
 
 
+def _span(lo: float, hi: float, fmt: str) -> str:
+    a, b = format(lo, fmt), format(hi, fmt)
+    return a if a == b else f"{a}-{b}"
+
+
+def _speedup(lo: float, hi: float, t: Optional[float]) -> str:
+    """``official / t`` for both ends of the official figure, e.g. ``3.8-6.0x``."""
+    if t is None:
+        return "-"
+    return _span(lo / t, hi / t, ".1f" if lo / t < 100 else ".0f") + "x"
+
+
 def _fmt_m(r):
     return f"{r['mem_mb']:.0f}" if "mem_mb" in r else "-"
 
@@ -392,25 +448,37 @@ def format_tables(results: List[Dict], args) -> str:
     off = [r for r in results if r["impl"] == "model"]
     floor = {r["name"]: r for r in results if r["impl"] == "pointwise"}
     comp = {r["name"]: r for r in results if r["impl"] == "model-compiled"}
+    rates = sorted(r["peak_gflops"] for r in floor.values() if "peak_gflops" in r)
+    peak = f"{rates[0]:.0f}-{rates[-1]:.0f}" if rates else "-"
     if off:
         lines += ["", "### full model (lift + edges + blocks + pool), forward+backward, vs the official code "
                   "(FIELD_NOTES section 2, 2 threads, idle machine)", "",
                   "pointwise s: the model's per-node work alone (LayerNorms, projections, MLPs), which any "
-                  "implementation does; official / pointwise bounds the possible speed-up."
+                  "implementation does; official / pointwise bounds the possible speed-up. GFLOP: the blocks' "
+                  "matrix products, forward + backward (per-node layers, location MLP on every edge, q.k "
+                  "scores, weighted sums of v; `matmul_gflop`); at peak: that work at this CPU's best "
+                  "measured fp32 matrix-product rate (%s GFLOP/s, square products of 512-2048); "
+                  "official / at peak bounds the speed-up of any implementation whose products run no "
+                  "faster than that." % peak
                   + (" compiled s: the same model with every block under torch.compile (inductor), "
                      "after compilation; compiled / eager < 1 means compiling pays." if comp else ""), "",
                   "| configuration | edges | ours s | ours MB | official s | official GB | speed-up | "
-                  "pointwise s | official / pointwise |" + (" compiled s | compiled / eager |" if comp else ""),
-                  "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if comp else "")]
+                  "pointwise s | official / pointwise | GFLOP | at peak s | official / at peak |"
+                  + (" compiled s | compiled / eager |" if comp else ""),
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if comp else "")]
         for r in off:
             lo, hi, gb = OFFICIAL[r["name"]]
-            sp = f"{lo / r['time']:.1f}-{hi / r['time']:.1f}x" if "time" in r else "-"
             ours = f"{r['time']:.3f}" if "time" in r else r.get("error", "-")
             f = floor.get(r["name"], {})
             fl = f"{f['time']:.3f}" if "time" in f else f.get("error", "-")
-            bound = f"{lo / f['time']:.0f}-{hi / f['time']:.0f}x" if "time" in f else "-"
-            line = (f"| {r['name']} | {r.get('num_edges', '-')} | {ours} | {_fmt_m(r)} | "
-                    f"{lo:g}-{hi:g} | {gb} | {sp} | {fl} | {bound} |")
+            cells = [r["name"], r.get("num_edges", "-"), ours, _fmt_m(r), _span(lo, hi, "g"), gb,
+                     _speedup(lo, hi, r.get("time")), fl, _speedup(lo, hi, f.get("time"))]
+            if "gflop" in f:
+                at_peak = f["gflop"] / f["peak_gflops"]
+                cells += [f"{f['gflop']:.2f}", f"{at_peak:.4f}", _speedup(lo, hi, at_peak)]
+            else:
+                cells += ["-", "-", "-"]
+            line = "| " + " | ".join(str(c) for c in cells) + " |"
             if comp:
                 c = comp.get(r["name"], {})
                 ct = f"{c['time']:.3f}" if "time" in c else c.get("error", "-")

@@ -235,3 +235,36 @@ def test_compiled_training_on_clouds_of_varying_size():
         torch.manual_seed(10 + k)
         got = compiled(x, pos, batch, num_graphs=3)
         assert torch.allclose(got, ref, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(num_layers=-1), "num_layers must be an int >= 0"),
+    (dict(heads=0), "heads must be a positive int"),
+    (dict(hidden_channels=0), "hidden_channels must be a positive int"),
+    (dict(in_channels=2.0), "in_channels must be a positive int"),
+    (dict(head_layers=0), "head_layers must be a positive int"),
+    (dict(radius=-1.0), "radius must be a finite number >= 0, or None for all pairs"),
+    (dict(radius=float("inf")), "radius must be a finite number >= 0"),
+    (dict(radius=float("nan")), "radius must be a finite number >= 0"),
+    (dict(max_num_neighbors=0), "max_num_neighbors must be a positive int"),
+    (dict(log_threshold=-0.5), "log_threshold must be a finite number >= 0"),
+    (dict(distance_weights={"scale": 1.0}), "distance_weights has blocks \\['scale'\\]"),
+    (dict(distance_weights={"rotation": -1.0}), "distance_weights\\['rotation'\\] must be a finite number"),
+    (dict(kernel_dim=0), "kernel_dim must be a positive int"),
+    (dict(dropout=1.0), "dropout must be in \\[0, 1\\)"),
+    (dict(mlp_ratio=0.0), "mlp_ratio must be a finite number > 0"),
+])
+def test_model_bad_constructor_arguments(kwargs, message):
+    """Bad hyper-parameters fail when the model is built, naming the argument, instead of
+    building a degenerate model (no blocks, no edges) or failing at the first forward."""
+    args = dict(group="SE2", in_channels=2, hidden_channels=8, out_channels=3, num_layers=1, heads=2,
+                radius=1.0)
+    with pytest.raises(ValueError, match=message):
+        LieTransformer(**{**args, **kwargs})
+
+
+def test_model_accepts_numpy_integers_and_zero_layers():
+    import numpy as np
+    model = LieTransformer("SE2", 2, 8, 3, num_layers=0, heads=np.int64(2), lift_samples=np.int64(2))
+    assert model.lift_samples == 2 and type(model.lift_samples) is int and len(model.blocks) == 0
+    assert model(torch.randn(5, 2), torch.randn(5, 2)).shape == (1, 3)

@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch, Data, Dataset
 
+from .._checks import positive_int
 from ..groups import LieGroup, get_group
 
 DEFAULT_STEP_STD = {"translation": 0.5, "rotation": 0.4}
@@ -60,8 +61,7 @@ class LieSequenceCompletion(Dataset):
                  dtype: torch.dtype = torch.float64) -> None:
         super().__init__()
         self.group = get_group(group)
-        if not isinstance(num_sequences, int) or num_sequences < 1:
-            raise ValueError(f"num_sequences must be a positive int, got {num_sequences!r}")
+        num_sequences = positive_int("num_sequences", num_sequences)
         lo, hi = (length, length) if isinstance(length, int) else tuple(length)
         if not (isinstance(lo, int) and isinstance(hi, int) and 3 <= lo <= hi):
             raise ValueError(f"length must be an int >= 3 or a range (min, max) with 3 <= min <= max, got {length!r}")

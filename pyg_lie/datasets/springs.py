@@ -36,6 +36,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from .._checks import positive_int
+
 __all__ = ["SpringDynamics", "spring_potential", "spring_hamiltonian", "rk4_step", "sample_systems"]
 
 
@@ -157,8 +159,7 @@ class SpringDynamics(Dataset):
                  num_steps: int = 500, substeps: int = 1,
                  dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
-        if not isinstance(num_systems, int) or num_systems < 1:
-            raise ValueError(f"num_systems must be a positive int, got {num_systems!r}")
+        num_systems = positive_int("num_systems", num_systems)
         if mode not in ("chunks", "trajectories"):
             raise ValueError(f"mode must be 'chunks' or 'trajectories', got {mode!r}")
         if num_steps < 1 or t_end <= 0:

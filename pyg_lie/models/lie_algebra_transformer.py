@@ -63,6 +63,7 @@ from torch import Tensor, nn
 from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.utils import scatter, softmax
 
+from .._checks import positive_int
 from ..groups import LieGroup, get_group
 from ..groups.base import LogNormEmbedding, _is_compiling
 from ..nn.attention_core import edge_attention
@@ -185,8 +186,7 @@ def log_knn_graph(group: Union[str, LieGroup], g: Tensor, k: int, batch: Optiona
         ``i``; grouped by target, nearest first.
     """
     group = get_group(group)
-    if not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be a positive int, got {k!r}")
+    k = positive_int("k", k)
     return _log_graph(group, g, batch, self_loops, chunk, chart, k=k, r=None, method=method)
 
 
@@ -383,8 +383,7 @@ class _TokenTransformer(nn.Module):
         self.head = head
         self.group = get_group(group)
         for name, v in (("hidden_channels", hidden_channels), ("num_layers", num_layers), ("heads", heads)):
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+            positive_int(name, v)
         if hidden_channels % heads:
             raise ValueError(f"hidden_channels ({hidden_channels}) must be divisible by heads ({heads})")
         if in_channels < 0:

@@ -22,12 +22,13 @@ import torch
 from torch import Tensor
 from torch.nn import LayerNorm, Linear, Module, ModuleList, Sequential, SiLU
 
+from .._checks import nonnegative_int, optional_length, positive_int
 from ..groups import LieGroup, get_group
 from ..nn.group_pool import GroupPool
 from ..nn.lie_transformer_block import LieTransformerBlock
 from ..nn.lift import Lift, LiftedPoints, check_point_cloud
 from ..nn._sparse_ops import CSRStructure
-from ..nn.lifted_edges import lifted_edges
+from ..nn.lifted_edges import check_distance_weights, lifted_edges
 
 __all__ = ["LieTransformer"]
 
@@ -72,10 +73,18 @@ class LieTransformer(Module):
                  head_layers: int = 3, seed: int = 0, **attention_kwargs):
         super().__init__()
         self.group = get_group(group)
+        for name, v in (("in_channels", in_channels), ("hidden_channels", hidden_channels),
+                        ("out_channels", out_channels), ("heads", heads), ("head_layers", head_layers)):
+            positive_int(name, v)
+        nonnegative_int("num_layers", num_layers)
+        if max_num_neighbors is not None:
+            positive_int("max_num_neighbors", max_num_neighbors)
+        check_distance_weights(self.group, distance_weights)
         self.in_channels, self.hidden_channels, self.out_channels = in_channels, hidden_channels, out_channels
         self.num_layers, self.heads = num_layers, heads
-        self.radius = radius
-        self.max_num_neighbors, self.log_threshold = max_num_neighbors, log_threshold
+        self.radius = optional_length("radius", radius, "all pairs of each cloud")
+        self.max_num_neighbors = max_num_neighbors
+        self.log_threshold = optional_length("log_threshold", log_threshold, "no threshold")
         self.distance_weights = distance_weights
         self.seed = seed
         self.lift = Lift(self.group, lift_samples, mode=lift, seed=seed)

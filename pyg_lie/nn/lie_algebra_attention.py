@@ -50,6 +50,7 @@ from torch.nn import Parameter
 from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 
+from .._checks import positive_int
 from ..groups import LieGroup, get_group
 from ..groups.base import _is_compiling
 from .attention_core import edge_attention
@@ -153,8 +154,7 @@ class LieAlgebraAttention(MessagePassing):
         super().__init__(node_dim=0, **kwargs)
         for name, v in (("in_channels", in_channels), ("out_channels", out_channels),
                         ("heads", heads), ("kernel_hidden", kernel_hidden)):
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+            positive_int(name, v)
         if score not in SCORES:
             raise ValueError(f"score must be one of {SCORES}, got {score!r} "
                              "(the vector-token baseline is pyg_lie.models.VectorTokenTransformer)")

@@ -42,6 +42,7 @@ from torch_geometric.nn import MessagePassing
 
 from ..groups import LieGroup, get_group
 from ..groups.base import _is_compiling
+from .._checks import nonnegative_int, positive_int, probability
 from ._edge_mlp import edge_mlp
 from ._sparse_ops import CSRStructure, csr_aggregate, csr_scores, to_edge_order
 from .attention_core import edge_attention
@@ -110,7 +111,10 @@ class LieSelfAttention(MessagePassing):
         kwargs.setdefault("aggr", "sum")
         super().__init__(node_dim=0, **kwargs)
         out_channels = in_channels if out_channels is None else out_channels
-        if heads < 1 or out_channels % heads != 0:
+        in_channels, out_channels = positive_int("in_channels", in_channels), positive_int("out_channels", out_channels)
+        heads = positive_int("heads", heads)
+        kernel_dim, kernel_layers = positive_int("kernel_dim", kernel_dim), positive_int("kernel_layers", kernel_layers)
+        if out_channels % heads != 0:
             raise ValueError(f"out_channels ({out_channels}) must be divisible by heads ({heads})")
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
         self.head_dim = out_channels // heads
@@ -122,8 +126,8 @@ class LieSelfAttention(MessagePassing):
         if self.location == "identity" and self.combine != "mlp":
             raise ValueError("location='identity' gives a vector k_l, which needs combine='mlp'")
         self.kernel_dim, self.kernel_layers = kernel_dim, kernel_layers
-        self.invariant_dim = int(invariant_dim)
-        self.dropout = dropout
+        self.invariant_dim = nonnegative_int("invariant_dim", invariant_dim)
+        self.dropout = probability("dropout", dropout)
         if fused not in (True, False, "auto"):
             raise ValueError(f"fused must be True, False or 'auto', got {fused!r}")
         self.fused = fused

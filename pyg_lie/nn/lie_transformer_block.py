@@ -12,11 +12,13 @@ keeps its residual value (the attention contributes exactly zero).
 """
 from __future__ import annotations
 
+import math
 from typing import Optional, Union
 
 from torch import Tensor
 from torch.nn import Dropout, LayerNorm, Linear, Module, Sequential, SiLU
 
+from .._checks import positive_int, probability
 from ..groups import LieGroup
 from .lie_self_attention import LieSelfAttention
 
@@ -43,13 +45,15 @@ class LieTransformerBlock(Module):
     def __init__(self, channels: int, group: Union[str, LieGroup] = "SE2", heads: int = 4,
                  mlp_ratio: float = 2.0, dropout: float = 0.0, **attention_kwargs):
         super().__init__()
-        self.channels = channels
+        self.channels = positive_int("channels", channels)
+        if not (isinstance(mlp_ratio, (int, float)) and 0 < mlp_ratio < math.inf):
+            raise ValueError(f"mlp_ratio must be a finite number > 0, got {mlp_ratio!r}")
         self.norm1 = LayerNorm(channels)
         self.attn = LieSelfAttention(channels, channels, group, heads, **attention_kwargs)
         self.norm2 = LayerNorm(channels)
         hidden = max(1, int(round(mlp_ratio * channels)))
         self.mlp = Sequential(Linear(channels, hidden), SiLU(), Linear(hidden, channels))
-        self.drop = Dropout(dropout)
+        self.drop = Dropout(probability("dropout", dropout))
 
     def reset_parameters(self) -> None:
         self.norm1.reset_parameters()

@@ -28,6 +28,7 @@ from typing import NamedTuple, Optional, Union
 import torch
 from torch import Tensor
 
+from .._checks import positive_int
 from ..groups import LieGroup, get_group
 from ..groups.base import _is_compiling, rot2
 
@@ -104,8 +105,7 @@ def finite_subgroup(group: LieGroup, k: int, dtype: torch.dtype = torch.float64,
             f"{group.name} has a trivial stabiliser, so every point has exactly one lift and a "
             f"finite-subgroup lift is not defined; use lift='haar' with lift_samples=1 "
             f"(the model is then exactly {group.name}-invariant)")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"the number of finite-subgroup lifts must be a positive int, got {k!r}")
+    k = positive_int("the number of finite-subgroup lifts", k)
     try:
         from ..groups.finite import Cn
         cyclic = Cn(k).elements(dtype=torch.float64)
@@ -158,8 +158,7 @@ class Lift(torch.nn.Module):
         self.group = get_group(group)
         if mode not in ("haar", "finite"):
             raise ValueError(f"mode must be 'haar' or 'finite', got {mode!r}")
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-            raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+        num_samples = positive_int("num_samples", num_samples)
         if self.group.stabilizer_dim == 0 and (num_samples != 1 or mode == "finite"):
             raise ValueError(
                 f"{self.group.name} has a trivial stabiliser: each point has exactly one lift, so use "

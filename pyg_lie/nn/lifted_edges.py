@@ -30,6 +30,7 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor
 
+from .._checks import nonnegative_float, optional_length, positive_int
 from ..groups import LieGroup
 
 __all__ = ["full_graph", "base_graph", "expand_edges", "subsample_edges", "threshold_edges",
@@ -128,14 +129,23 @@ def subsample_edges(edge_index: Tensor, num_nodes: int, k: int,
     return edge_index[:, keep]
 
 
-def log_distance(group: LieGroup, xi: Tensor, weights: Optional[Dict[str, float]] = None) -> Tensor:
-    r"""``d = sqrt(sum_b w_b ||xi_b||^2)`` for algebra coordinates ``xi (E, dim)``."""
+def check_distance_weights(group: LieGroup, weights: Optional[Dict[str, float]]) -> None:
+    """ValueError unless ``weights`` maps some of ``group``'s blocks to finite numbers >= 0."""
     if not weights:
-        return xi.norm(dim=-1)
+        return
     unknown = set(weights) - set(group.blocks)
     if unknown:
         raise ValueError(f"distance_weights has blocks {sorted(unknown)} that {group.name} does not have; "
                          f"its blocks are {list(group.blocks)}")
+    for name, w in weights.items():
+        nonnegative_float(f"distance_weights[{name!r}]", w)
+
+
+def log_distance(group: LieGroup, xi: Tensor, weights: Optional[Dict[str, float]] = None) -> Tensor:
+    r"""``d = sqrt(sum_b w_b ||xi_b||^2)`` for algebra coordinates ``xi (E, dim)``."""
+    if not weights:
+        return xi.norm(dim=-1)
+    check_distance_weights(group, weights)
     sq = xi.new_zeros(xi.shape[:-1])
     for name, sl in group.blocks.items():
         sq = sq + float(weights.get(name, 1.0)) * xi[..., sl].pow(2).sum(-1)
@@ -174,16 +184,14 @@ def lifted_edges(pos: Tensor, batch: Optional[Tensor], num_lifts: int, radius: O
     Returns:
         ``(2, E)`` edge index over the ``N K`` lifted nodes.
     """
-    if radius is not None and not (float(radius) >= 0):
-        raise ValueError(f"radius must be >= 0 or None (all pairs), got {radius}")
+    radius = optional_length("radius", radius, "all pairs of each cloud")
     N = pos.size(0)
     ei = expand_edges(base_graph(pos, batch, radius, loop=loop, backend=backend), N, num_lifts)
     if log_threshold is not None:
         if g is None or group is None:
             raise ValueError("log_threshold needs the lifted elements g and the group")
-        ei = threshold_edges(ei, g, group, float(log_threshold), distance_weights)
+        ei = threshold_edges(ei, g, group, optional_length("log_threshold", log_threshold, "no threshold"),
+                             distance_weights)
     if max_num_neighbors is not None:
-        if max_num_neighbors < 1:
-            raise ValueError(f"max_num_neighbors must be >= 1 or None, got {max_num_neighbors}")
-        ei = subsample_edges(ei, N * num_lifts, int(max_num_neighbors), generator)
+        ei = subsample_edges(ei, N * num_lifts, positive_int("max_num_neighbors", max_num_neighbors), generator)
     return ei

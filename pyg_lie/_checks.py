@@ -1,0 +1,54 @@
+"""Constructor argument checks shared by the layers and models, so that one mistake reads
+the same everywhere: a ``ValueError`` naming the argument, what it must be, and the value."""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Optional
+
+
+def positive_int(name: str, value: Any) -> int:
+    """``value`` as an ``int >= 1`` (numpy and torch integers included, bools not)."""
+    return _int(name, value, 1, "a positive int")
+
+
+def nonnegative_int(name: str, value: Any) -> int:
+    """``value`` as an ``int >= 0``."""
+    return _int(name, value, 0, "an int >= 0")
+
+
+def _int(name: str, value: Any, low: int, what: str) -> int:
+    try:
+        v = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        v = None
+    if v is None or v < low:
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return v
+
+
+def nonnegative_float(name: str, value: Any, hint: str = "") -> float:
+    """``value`` as a finite float ``>= 0``; ``hint`` ends the message."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = math.nan
+    if not (math.isfinite(v) and v >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0{hint}, got {value!r}")
+    return v
+
+
+def optional_length(name: str, value: Any, none_means: str) -> Optional[float]:
+    """``None``, or ``value`` as a finite float ``>= 0`` (a radius, a threshold)."""
+    return None if value is None else nonnegative_float(name, value, f", or None for {none_means}")
+
+
+def probability(name: str, value: Any) -> float:
+    """``value`` as a float in ``[0, 1)`` (a dropout rate)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = math.nan
+    if not 0.0 <= v < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+    return v

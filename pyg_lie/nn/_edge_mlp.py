@@ -27,6 +27,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Linear, Sequential, SiLU
 
+from ._autocast import float32_under_autocast
+
 __all__ = ["edge_mlp", "EDGE_CHUNK"]
 
 #: rows per block: 16384 x 16 floats = 1 MiB of activations per layer. The blocks write into
@@ -168,6 +170,7 @@ def _edge_mlp_grad(ctx, grad_out: Tensor):
 
 
 _edge_mlp_op.register_autograd(_edge_mlp_grad, setup_context=_save)
+float32_under_autocast(_edge_mlp_op, _edge_mlp_backward_op)
 
 
 def edge_mlp(mlp: Sequential, x: Tensor, chunk: Optional[int] = None) -> Tensor:

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from .._sort import argsort_keys
+from ._autocast import float32_under_autocast
 from .attention_core import dense_edge_attention
 
 __all__ = ["geodesic_neighbors", "NeighborhoodPlan", "planned_attention"]
@@ -456,6 +457,7 @@ def _no_double_backward(ctx, grads):
 
 _planned_op.register_autograd(_planned_grad, setup_context=_planned_setup)
 _planned_backward_op.register_autograd(_no_double_backward, setup_context=lambda ctx, inputs, output: None)
+float32_under_autocast(_planned_op, _planned_backward_op)
 
 
 def fused_planned_attention(q2: Tensor, k2: Tensor, v2: Tensor, log_w: Optional[Tensor],

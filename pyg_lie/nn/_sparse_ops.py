@@ -24,6 +24,7 @@ from torch import Tensor
 
 from .._sort import argsort_keys
 from ..groups.base import _is_compiling
+from ._autocast import float32_under_autocast
 
 __all__ = ["CSRStructure", "sddmm", "spmm", "csr_scores", "csr_aggregate", "to_edge_order"]
 
@@ -200,6 +201,7 @@ def _spmm_backward(ctx, g: Tensor):
 
 _sddmm_op.register_autograd(_sddmm_backward, setup_context=_save)
 _spmm_op.register_autograd(_spmm_backward, setup_context=_save)
+float32_under_autocast(_sddmm_op, _spmm_op)
 
 
 def _needs_transpose(*ts: Tensor) -> bool:

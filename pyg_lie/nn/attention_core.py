@@ -12,6 +12,8 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import scatter, softmax
 
+from ._autocast import float32_under_autocast
+
 __all__ = ["edge_attention", "dense_edge_attention"]
 
 
@@ -177,3 +179,4 @@ def _softmax_grad(ctx, g: Tensor):
 
 
 _softmax_op.register_autograd(_softmax_grad, setup_context=_softmax_setup)
+float32_under_autocast(_softmax_op, _softmax_backward_op)

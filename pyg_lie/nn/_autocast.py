@@ -1,9 +1,9 @@
 """The autocast rule of pyg_lie's custom operators (fused kernels)."""
 from __future__ import annotations
 
-__all__ = ["float32_under_autocast"]
-
 import torch
+
+__all__ = ["float32_under_autocast"]
 
 
 def float32_under_autocast(*ops) -> None:

@@ -40,9 +40,9 @@ from torch import Tensor
 from torch.nn import Linear, Module, Sequential, SiLU
 from torch_geometric.nn import MessagePassing
 
+from .._checks import nonnegative_int, positive_int, probability
 from ..groups import LieGroup, get_group
 from ..groups.base import _is_compiling
-from .._checks import nonnegative_int, positive_int, probability
 from ._edge_mlp import edge_mlp
 from ._sparse_ops import CSRStructure, csr_aggregate, csr_scores, to_edge_order
 from .attention_core import edge_attention

@@ -142,3 +142,18 @@ def test_init_from_loads_weights_with_a_fresh_schedule(tmp_path):
                                "--init-from", os.path.join(a, "checkpoint.pt")]))
     with pytest.raises(ValueError, match="does not exist"):
         exp.main(_args(base + ["--epochs", "1", "--out", str(tmp_path / "d"), "--init-from", "nope.pt"]))
+
+
+def test_tiny_run_with_bf16_autocast(tmp_path):
+    """``--amp bf16`` trains under autocast end to end (fused kernels in float32 inside it)
+    and evaluates in full precision."""
+    out = str(tmp_path / "amp")
+    argv = ["--group", "SE2", "--num-train", "48", "--num-test", "16", "--hidden", "16", "--layers", "1",
+            "--heads", "2", "--kernel-dim", "4", "--batch-size", "16", "--epochs", "2", "--amp", "bf16",
+            "--invariance-lifts", "1", "--invariance-clouds", "8", "--no-progress", "--out", out]
+    assert exp.main(_args(argv)) == 0
+    with open(os.path.join(out, "results.json")) as f:
+        res = json.load(f)
+    assert res["epochs_done"] == 2 and math.isfinite(res["inv_SE2"]) and 0.0 <= res["test"]["acc"] <= 1.0
+    with open(os.path.join(out, "metrics.csv")) as f:
+        assert all(math.isfinite(float(r["train_loss"])) for r in csv.DictReader(f))

@@ -162,3 +162,32 @@ def test_single_process_commands_refuse_several_processes(monkeypatch, command):
     exp = importlib.import_module("pyg_lie.experiments." + command.replace("-", "_"))
     with pytest.raises(SystemExit, match="constellation"):
         exp.main(args)
+
+
+@pytest.mark.parametrize("amp", [torch.bfloat16, torch.float16])
+def test_fit_mixed_precision(tmp_path, amp):
+    """``fit(amp=...)``: the loss runs under autocast with that dtype (float16 through a gradient
+    scaler), the model still learns, parameters stay float32, and bad dtypes are refused."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 32), nn.Tanh(), nn.Linear(32, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    x = torch.randn(64, 3, generator=torch.Generator().manual_seed(5))
+    ds = TensorDataset(x, x.sum(-1, keepdim=True))
+    seen = []
+
+    def loss_fn(m, b):
+        seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+        out = m(b[0])
+        seen.append(out.dtype)
+        return (out.float() - b[1]).pow(2).mean()
+
+    before = float(loss_fn(model, ds.tensors))
+    seen.clear()
+    rows = fit(model, opt, None, ds, DistEnv(), loss_fn, None, epochs=6, batch_size=8, seed=1,
+               out_dir=str(tmp_path), progress=False, grad_clip=1.0, amp=amp)
+    assert seen[0] == (True, amp) and seen[1] == amp
+    assert rows[-1]["train_loss"] < 0.5 * before
+    assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in model.parameters())
+    with pytest.raises(ValueError, match="amp must be"):
+        fit(model, opt, None, ds, DistEnv(), loss_fn, None, epochs=1, batch_size=8, seed=1,
+            out_dir=str(tmp_path), progress=False, amp=torch.float64)

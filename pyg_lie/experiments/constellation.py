@@ -36,6 +36,8 @@ PAPER = {"T2": {"test": 0.75, "test_SE2": 0.63}, "SE2": {"test": 0.71, "test_SE2
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..training.trainer import add_amp_argument
+
     p.add_argument("--group", choices=["T2", "SE2"], default="SE2", help="symmetry group of the model")
     p.add_argument("--lift", choices=["haar", "finite"], default="haar", help="Haar samples or C_K lift")
     p.add_argument("--lift-samples", type=int, default=1, help="K, lifts per point")
@@ -89,6 +91,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="checkpoint whose model weights start this run, with a fresh optimiser and "
                         "schedule (a warm restart; the architecture arguments must match)")
     p.add_argument("--no-progress", action="store_true", help="disable tqdm bars")
+    add_amp_argument(p)
 
 
 #: largest cloud per data variant: 2 instances x (3 + 4 + 5 + 4 or 5) corners
@@ -303,7 +306,7 @@ def main(args) -> int:
     from torch_geometric.loader import DataLoader
 
     from ..datasets.constellation import Constellation
-    from ..training import cleanup, fit, init_distributed, seed_everything, wrap_model
+    from ..training import AMP_DTYPES, cleanup, fit, init_distributed, seed_everything, wrap_model
     from ..training.ddp import broadcast_object
 
     torch.set_num_threads(max(1, args.threads))
@@ -345,7 +348,7 @@ def main(args) -> int:
                    batch_size=args.batch_size, seed=args.seed, out_dir=args.out, resume=args.resume,
                    loader_cls=DataLoader, progress=not args.no_progress, eval_every=args.eval_every,
                    grad_clip=args.grad_clip, extra={"args": vars(args)}, desc=f"constellation-{args.group}",
-                   stop_after=stop_after)
+                   stop_after=stop_after, amp=AMP_DTYPES[args.amp])
 
     # time box: estimate epochs that fit, via fit's stop_after
     stop_after = None

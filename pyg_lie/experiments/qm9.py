@@ -25,8 +25,8 @@ import torch.distributed as dist
 from torch import nn
 
 from ..datasets.qm9 import PAPER_MAE, QM9Transform, cormorant_split, pyg_split, write_synthetic_raw
-from ..training import (DistEnv, all_reduce_sum, cleanup, eval_loader, fit, init_distributed, seed_everything,
-                        unwrap, wrap_model)
+from ..training import (AMP_DTYPES, DistEnv, add_amp_argument, all_reduce_sum, cleanup, eval_loader, fit,
+                        init_distributed, seed_everything, unwrap, wrap_model)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,6 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", type=str, default=None, help="checkpoint to continue from ('auto': OUT/checkpoint.pt)")
     p.add_argument("--stop-after", type=int, default=None, help="stop after this many epochs of this invocation")
     p.add_argument("--no-progress", action="store_true")
+    add_amp_argument(p)
 
 
 def build_model(args: argparse.Namespace, in_channels: int) -> nn.Module:
@@ -150,7 +151,8 @@ def main(args: argparse.Namespace) -> int:
                    batch_size=min(args.batch_size, len(train) - len(train) % env.world_size), seed=args.seed,
                    out_dir=args.out, resume=resume, loader_cls=PyGLoader, progress=not args.no_progress,
                    extra={"args": vars(args), "mean": mean, "std": std}, desc=f"qm9 {args.target} {args.group}",
-                   stop_after=args.stop_after, loader_kwargs={"num_workers": args.num_workers})
+                   stop_after=args.stop_after, loader_kwargs={"num_workers": args.num_workers},
+                   amp=AMP_DTYPES[args.amp])
         if rows and rows[-1]["epoch"] + 1 < args.epochs:
             return 0
         test_mae = mae(model, test)

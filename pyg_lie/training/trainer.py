@@ -22,7 +22,18 @@ from .checkpoint import load_checkpoint, save_checkpoint
 from .ddp import DistEnv, all_reduce_sum, train_loader
 from .logging import MetricsLogger, plot_learning_curves
 
-__all__ = ["fit"]
+__all__ = ["fit", "AMP_DTYPES", "add_amp_argument"]
+
+#: ``--amp`` choices of the training commands
+AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def add_amp_argument(p) -> None:
+    """``--amp {none,bf16,fp16}`` on an ``argparse`` parser (pass ``AMP_DTYPES[args.amp]`` to
+    :func:`fit`)."""
+    p.add_argument("--amp", choices=list(AMP_DTYPES), default="none",
+                   help="mixed-precision training under torch.autocast: bf16, or fp16 with a gradient "
+                        "scaler; the fused kernels stay in float32 and evaluation runs in full precision")
 
 
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Optional[Any],
@@ -35,7 +46,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Optional[
         scheduler_per_batch: bool = False, checkpoint_every: int = 1, eval_every: int = 1,
         extra: Optional[Dict[str, Any]] = None, desc: str = "train",
         stop_after: Optional[int] = None,
-        loader_kwargs: Optional[Dict[str, Any]] = None) -> List[Dict[str, float]]:
+        loader_kwargs: Optional[Dict[str, Any]] = None,
+        amp: Optional[torch.dtype] = None) -> List[Dict[str, float]]:
     """Train for ``epochs`` epochs (continuing from ``resume`` if given).
 
     Args:
@@ -58,12 +70,19 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Optional[
         stop_after: run at most this many epochs in this call (a time-boxed job);
             a checkpoint is written when stopping, continue with ``resume``.
         loader_kwargs: extra keyword arguments of ``loader_cls`` (e.g. ``num_workers``).
+        amp: run ``loss_fn`` under ``torch.autocast`` with this dtype (``torch.bfloat16``, or
+            ``torch.float16`` with a gradient scaler, whose scale is not checkpointed and
+            re-adapts within a few steps after a resume); ``None``: full precision.
+            Evaluation is never autocast.
 
     Returns:
         The metric rows (on every rank; only rank 0 writes them).
     """
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
+    if amp not in (None, torch.bfloat16, torch.float16):
+        raise ValueError(f"amp must be None, torch.bfloat16 or torch.float16, got {amp!r}")
+    scaler = torch.amp.GradScaler(env.device.type, enabled=amp == torch.float16)
     loader = train_loader(train_set, batch_size, env, seed=seed, loader_cls=loader_cls, **(loader_kwargs or {}))
     logger = MetricsLogger(out_dir, env, resume=resume is not None)
     ckpt_path = os.path.join(out_dir, "checkpoint.pt")
@@ -82,15 +101,18 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Optional[
         bar = tqdm(loader, desc=f"{desc} {epoch + 1}/{epochs}", disable=not (progress and env.is_main),
                    leave=False, dynamic_ncols=True)
         for batch in bar:
-            loss = loss_fn(model, batch)
+            with torch.autocast(env.device.type, dtype=amp, enabled=amp is not None):
+                loss = loss_fn(model, batch)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite training loss {loss.item()} at epoch {epoch}; "
                                          f"lower --lr or enable --grad-clip")
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            scaler.scale(loss).backward()  # the scaler is a pass-through unless amp is float16
             if grad_clip is not None:
+                scaler.unscale_(optimizer)
                 nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-            optimizer.step()
+            scaler.step(optimizer)
+            scaler.update()
             if scheduler is not None and scheduler_per_batch:
                 scheduler.step()
             total += loss.detach().double().cpu()

@@ -359,8 +359,9 @@ def test_benchmark_clouds_have_the_stated_mean_degree(n, degree, K):
 
 
 def test_benchmark_compiled_model_row_and_table():
-    """``bench lie-self-attention --compile``: the compiled model runs in ``run_config`` (its
-    compilation timed apart from the repeats) and the table prints compiled / eager."""
+    """``bench lie-self-attention --compile --amp``: the compiled model runs in ``run_config``
+    (its compilation timed apart from the repeats), so does the model under bfloat16
+    autocast, and the table prints both against eager."""
     import argparse
 
     from pyg_lie.benchmarks.lie_self_attention import format_tables, run_config
@@ -368,10 +369,14 @@ def test_benchmark_compiled_model_row_and_table():
                heads=2, layers=1, degree=None, repeats=1, threads=1)
     res = run_config(cfg)
     assert res["compile_time"] > 0 and res["time"] > 0 and res["num_edges"] == 2 * 36
+    amp = dict(cfg, impl="model-bf16")
+    res_amp = run_config(amp)
+    assert res_amp["time"] > 0 and res_amp["num_edges"] == 2 * 36
     eager = dict(cfg, impl="model", time=0.02)
-    table = format_tables([eager, {**cfg, **res, "time": 0.03}],
+    table = format_tables([eager, {**cfg, **res, "time": 0.03}, {**amp, **res_amp, "time": 0.01}],
                           argparse.Namespace(threads=1, repeats=1, dim=8, heads=2))
-    assert "compiled / eager" in table and "| 0.030 | 1.50 |" in table
+    assert "compiled / eager" in table and "bf16 autocast / eager" in table
+    assert "| 0.030 | 1.50 | 0.010 | 0.50 |" in table
 
 
 def test_compiled_block_dynamic_shapes_on_complete_clouds():

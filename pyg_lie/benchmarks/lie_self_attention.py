@@ -21,7 +21,7 @@ also with every block under ``torch.compile`` (compilation timed apart). Beside 
 configuration, two bounds on the speed-up any implementation can reach on the machine: the
 per-node work timed alone (``pointwise``), and the blocks' matrix products
 (:func:`matmul_gflop`) at the best fp32 matrix-product rate measured in the same run
-(:func:`peak_gemm_gflops`).
+(:func:`peak_gemm_gflops`). ``--amp`` adds the model under bfloat16 autocast.
 
 Every configuration is run twice, in separate subprocesses: once for time with
 the default allocator (what users get), once for memory. Peak memory: each
@@ -61,6 +61,14 @@ OFFICIAL_ARCH = dict(kernel_dim=16, kernel_layers=3, mlp_ratio=1.0)
 
 #: the implementations of the one-layer sweep (the rest time the full model)
 SWEEP_IMPLS = ("sparse", "dense", "transformerconv")
+
+#: the full model run otherwise (``--compile``, ``--amp``): table heading and explanation
+MODEL_VARIANTS = {
+    "model-compiled": ("compiled", "the same model with every block under torch.compile (inductor), after "
+                                   "compilation; compiled / eager < 1 means compiling pays."),
+    "model-bf16": ("bf16 autocast", "the same model under torch.autocast('cpu', torch.bfloat16) (the fused "
+                                    "kernels stay in float32); not comparable with the official float32 figures."),
+}
 
 #: official implementation on this CPU (FIELD_NOTES section 2): seconds, GB
 OFFICIAL = {
@@ -177,7 +185,7 @@ def run_config(cfg: Dict) -> Dict:
     x = torch.ones(B * n, 1)
     out: Dict = {}
     t0 = time.perf_counter()
-    if cfg["impl"] in ("model", "model-compiled"):
+    if cfg["impl"] in ("model", *MODEL_VARIANTS):
         from ..models.lie_transformer import LieTransformer
         model = LieTransformer(G, 1, d, 1, num_layers=cfg["layers"], heads=H, lift_samples=K, radius=radius,
                                **OFFICIAL_ARCH)
@@ -189,8 +197,12 @@ def run_config(cfg: Dict) -> Dict:
             for i, blk in enumerate(model.blocks):
                 model.blocks[i] = torch.compile(blk, fullgraph=True)
 
+        amp = cfg["impl"] == "model-bf16"
+
         def step():
-            model(x, pos, batch, num_graphs=B).sum().backward()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+                y = model(x, pos, batch, num_graphs=B)
+            y.float().sum().backward()
         lifted = model.lift(x, pos, batch)
         ei = lifted_edges(pos, batch, K, radius)
     elif cfg["impl"] == "pointwise":
@@ -340,6 +352,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run only these official configurations, e.g. 'T2 32x32 d128 L4 all' (default: all)")
     p.add_argument("--compile", action="store_true",
                    help="also time the official configurations with every block under torch.compile")
+    p.add_argument("--amp", action="store_true",
+                   help="also time the official configurations under bfloat16 autocast")
     p.add_argument("--out", default="runs/bench_lie_self_attention")
 
 
@@ -383,6 +397,8 @@ def main(args) -> int:
         jobs += official + [dict(c, impl="pointwise") for c in official]
         if args.compile:
             jobs += [dict(c, impl="model-compiled") for c in official]
+        if args.amp:
+            jobs += [dict(c, impl="model-bf16") for c in official]
     groups: Dict[str, List[Dict]] = {}
     for cfg in jobs:  # one subprocess per implementation, configurations in increasing size
         groups.setdefault(cfg["impl"], []).append(cfg)
@@ -447,7 +463,8 @@ def format_tables(results: List[Dict], args) -> str:
                          f"{_fmt_m(s)} | {_fmt_t(d)} | {_fmt_m(d)} | {ratio} | {_fmt_t(t)} | {_fmt_m(t)} |")
     off = [r for r in results if r["impl"] == "model"]
     floor = {r["name"]: r for r in results if r["impl"] == "pointwise"}
-    comp = {r["name"]: r for r in results if r["impl"] == "model-compiled"}
+    variants = {impl: {r["name"]: r for r in results if r["impl"] == impl} for impl in MODEL_VARIANTS}
+    variants = {impl: rows for impl, rows in variants.items() if rows}
     rates = sorted(r["peak_gflops"] for r in floor.values() if "peak_gflops" in r)
     peak = f"{rates[0]:.0f}-{rates[-1]:.0f}" if rates else "-"
     if off:
@@ -460,12 +477,11 @@ def format_tables(results: List[Dict], args) -> str:
                   "measured fp32 matrix-product rate (%s GFLOP/s, square products of 512-2048); "
                   "official / at peak bounds the speed-up of any implementation whose products run no "
                   "faster than that." % peak
-                  + (" compiled s: the same model with every block under torch.compile (inductor), "
-                     "after compilation; compiled / eager < 1 means compiling pays." if comp else ""), "",
+                  + "".join(f" {MODEL_VARIANTS[v][0]} s: {MODEL_VARIANTS[v][1]}" for v in variants), "",
                   "| configuration | edges | ours s | ours MB | official s | official GB | speed-up | "
                   "pointwise s | official / pointwise | GFLOP | at peak s | official / at peak |"
-                  + (" compiled s | compiled / eager |" if comp else ""),
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if comp else "")]
+                  + "".join(f" {MODEL_VARIANTS[v][0]} s | {MODEL_VARIANTS[v][0]} / eager |" for v in variants),
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|---|" * len(variants)]
         for r in off:
             lo, hi, gb = OFFICIAL[r["name"]]
             ours = f"{r['time']:.3f}" if "time" in r else r.get("error", "-")
@@ -478,13 +494,11 @@ def format_tables(results: List[Dict], args) -> str:
                 cells += [f"{f['gflop']:.2f}", f"{at_peak:.4f}", _speedup(lo, hi, at_peak)]
             else:
                 cells += ["-", "-", "-"]
-            line = "| " + " | ".join(str(c) for c in cells) + " |"
-            if comp:
-                c = comp.get(r["name"], {})
-                ct = f"{c['time']:.3f}" if "time" in c else c.get("error", "-")
-                cr = f"{c['time'] / r['time']:.2f}" if "time" in c and "time" in r else "-"
-                line += f" {ct} | {cr} |"
-            lines.append(line)
+            for rows in variants.values():
+                c = rows.get(r["name"], {})
+                cells += [f"{c['time']:.3f}" if "time" in c else c.get("error", "-"),
+                          f"{c['time'] / r['time']:.2f}" if "time" in c and "time" in r else "-"]
+            lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
 
 

@@ -27,12 +27,17 @@ def _int(name: str, value: Any, low: int, what: str) -> int:
     return v
 
 
+def _float(value: Any) -> float:
+    """``float(value)``, NaN (which every check rejects) where it has none."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def nonnegative_float(name: str, value: Any, hint: str = "") -> float:
     """``value`` as a finite float ``>= 0``; ``hint`` ends the message."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        v = math.nan
+    v = _float(value)
     if not (math.isfinite(v) and v >= 0):
         raise ValueError(f"{name} must be a finite number >= 0{hint}, got {value!r}")
     return v
@@ -45,10 +50,7 @@ def optional_length(name: str, value: Any, none_means: str) -> Optional[float]:
 
 def probability(name: str, value: Any) -> float:
     """``value`` as a float in ``[0, 1)`` (a dropout rate)."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        v = math.nan
+    v = _float(value)
     if not 0.0 <= v < 1.0:
         raise ValueError(f"{name} must be in [0, 1), got {value!r}")
     return v

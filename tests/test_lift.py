@@ -135,3 +135,15 @@ def test_log_threshold_keeps_self_pairs_and_is_invariant():
 def test_finite_subgroup_trivial_stabiliser():
     with pytest.raises(ValueError, match="trivial stabiliser"):
         finite_subgroup(get_group("T2"), 3)
+
+
+@pytest.mark.parametrize("name", ["T2", "SO2", "T3"])
+def test_trivial_stabiliser_finite_mode_is_the_single_lift(name):
+    G = get_group(name)
+    pos = torch.randn(7, G.space_dim, dtype=torch.float64) + 0.5
+    haar = Lift(G, 1, mode="haar").eval()(None, pos)
+    fin = Lift(G, 1, mode="finite")(None, pos)
+    assert torch.equal(fin.g, haar.g)
+    assert torch.equal(fin.index, torch.arange(7))
+    with pytest.raises(ValueError, match="trivial stabiliser"):
+        Lift(G, 1, mode="finite", subgroup=torch.eye(2).unsqueeze(0))

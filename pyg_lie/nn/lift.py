@@ -159,14 +159,16 @@ class Lift(torch.nn.Module):
         if mode not in ("haar", "finite"):
             raise ValueError(f"mode must be 'haar' or 'finite', got {mode!r}")
         num_samples = positive_int("num_samples", num_samples)
-        if self.group.stabilizer_dim == 0 and (num_samples != 1 or mode == "finite"):
+        trivial = self.group.stabilizer_dim == 0
+        if trivial and (num_samples != 1 or subgroup is not None):
             raise ValueError(
                 f"{self.group.name} has a trivial stabiliser: each point has exactly one lift, so use "
-                f"num_samples=1 and mode='haar' (got num_samples={num_samples}, mode={mode!r}); "
-                f"the model is then exactly {self.group.name}-invariant")
+                f"num_samples=1 and no subgroup (got num_samples={num_samples}"
+                f"{'' if subgroup is None else ' and a subgroup'}); the model is then exactly "
+                f"{self.group.name}-invariant")
         self.mode = mode
         self.seed = int(seed)
-        if mode == "finite":
+        if mode == "finite" and not trivial:
             sub = subgroup if subgroup is not None else finite_subgroup(self.group, num_samples)
             sub = torch.as_tensor(sub, dtype=torch.float64)
             num_samples = sub.size(0)
@@ -181,7 +183,7 @@ class Lift(torch.nn.Module):
 
     def stabilizer_samples(self, num_points: int, dtype: torch.dtype, device) -> Tensor:
         """``(N, K, m, m)`` stabiliser elements used for the next lift."""
-        if self.mode == "finite":
+        if self.subgroup is not None:
             h = self.group.stabilizer_embed(self.subgroup.to(dtype=dtype, device=device))
             return h.unsqueeze(0).expand(num_points, -1, -1, -1)
         return self._haar_samples(num_points, dtype, device)

@@ -157,3 +157,15 @@ def test_tiny_run_with_bf16_autocast(tmp_path):
     assert res["epochs_done"] == 2 and math.isfinite(res["inv_SE2"]) and 0.0 <= res["test"]["acc"] <= 1.0
     with open(os.path.join(out, "metrics.csv")) as f:
         assert all(math.isfinite(float(r["train_loss"])) for r in csv.DictReader(f))
+
+
+def test_bad_option_value_is_a_one_line_error(capsys, monkeypatch):
+    from pyg_lie.cli import TRACEBACK_ENV, main
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+    assert main(["train", "constellation", "--lift-samples", "0", "--num-train", "8", "--num-test", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "pyg-lie train constellation: error: num_samples must be a positive int, got 0" in err
+    assert "lift.py" in err and "Traceback" not in err
+    monkeypatch.setenv(TRACEBACK_ENV, "1")
+    with pytest.raises(ValueError, match="num_samples"):
+        main(["train", "constellation", "--lift-samples", "0", "--num-train", "8", "--num-test", "8"])

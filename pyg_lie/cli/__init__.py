@@ -9,7 +9,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
+import traceback
+import warnings
 from typing import Optional, Sequence
 
 TRAIN = {
@@ -65,8 +68,27 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     return parser
 
 
+#: set this environment variable to 1 to see the whole traceback of a ``ValueError``
+TRACEBACK_ENV = "PYG_LIE_TRACEBACK"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # PyG scripts some classes when imported; nothing a user of this command can act on
+    warnings.filterwarnings("ignore", message="`torch.jit.script` is deprecated", category=FutureWarning)
     args = build_parser(argv).parse_args(argv)
-    result = importlib.import_module(args._module).main(args)
+    try:
+        result = importlib.import_module(args._module).main(args)
+    except ValueError as err:
+        # a bad option value reaches the library's checks, whose message names the argument
+        # and the fix: print it like argparse does (exit status 2), not as a traceback
+        if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
+            raise
+        frames = traceback.extract_tb(err.__traceback__)
+        # the caller of a shared check says more than the check
+        where = next((f for f in reversed(frames) if not f.filename.endswith("_checks.py")), frames[-1])
+        command = " ".join(["pyg-lie", *argv[:2 if argv[0] in ("train", "bench") else 1]])
+        print(f"{command}: error: {err}\n  (raised at {where.filename}:{where.lineno}; "
+              f"{TRACEBACK_ENV}=1 shows the traceback)", file=sys.stderr)
+        return 2
     return int(result or 0)

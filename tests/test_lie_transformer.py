@@ -192,10 +192,12 @@ def test_subsampling_and_threshold_options_run():
     assert torch.isfinite(y).all() and torch.equal(y, model(torch.ones(20, 2, dtype=torch.float64), pos))
 
 
-def test_model_compiles_with_breaks_only_at_graph_construction_and_haar_lift():
+@pytest.mark.parametrize("num_graphs", [2, None])
+def test_model_compiles_with_breaks_only_at_graph_construction_and_haar_lift(num_graphs):
     """Under torch.compile the whole model breaks only around the data-dependent graph
-    construction (run eagerly, so complete clouds keep their batched path) and the Haar
-    lift's sampling (eager: seeded generators and symbolic sizes do not trace); the compiled
+    construction (run eagerly, so complete clouds keep their batched path), the Haar
+    lift's sampling (eager: seeded generators and symbolic sizes do not trace) and, without
+    ``num_graphs``, the graph count (eager, no ``Tensor.item()`` break); the compiled
     model (AOT autograd) equals eager in values and parameter gradients (float64)."""
     torch.manual_seed(0)
     model = LieTransformer("SE2", 1, 16, 3, num_layers=2, heads=2, lift_samples=2, radius=1.2,
@@ -203,14 +205,15 @@ def test_model_compiles_with_breaks_only_at_graph_construction_and_haar_lift():
     pos = torch.randn(14, 2, dtype=torch.float64)
     batch = torch.arange(2).repeat_interleave(7)
     x = torch.ones(14, 1, dtype=torch.float64)
-    ex = torch._dynamo.explain(model)(x, pos, batch, num_graphs=2)
+    torch._dynamo.reset()
+    ex = torch._dynamo.explain(model)(x, pos, batch, num_graphs=num_graphs)
     assert ex.graph_break_count >= 1
-    assert all("disable" in str(b.reason) for b in ex.break_reasons)
+    assert all("disable" in str(b.reason) for b in ex.break_reasons), ex.break_reasons
     compiled = torch.compile(model, backend="aot_eager")
     res = []
     for f in (model, compiled):
         model.zero_grad()
-        out = f(x, pos, batch, num_graphs=2)
+        out = f(x, pos, batch, num_graphs=num_graphs)
         out.pow(2).sum().backward()
         res.append([out.detach()] + [p.grad.clone() for p in model.parameters()])
     for a, b in zip(*res):

@@ -31,6 +31,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from .._batch import num_graphs
+
 __all__ = ["HamiltonianNODE", "PairwiseMLPPotential", "rollout_mse"]
 
 
@@ -67,8 +69,7 @@ class PairwiseMLPPotential(nn.Module):
         dst, src = same.nonzero(as_tuple=True)
         r2 = (pos[dst] - pos[src]).pow(2).sum(-1, keepdim=True)
         e = self.mlp(torch.cat([r2, x[dst], x[src]], dim=-1))  # (E, 1)
-        num_graphs = int(batch.max()) + 1 if batch.numel() else 0
-        out = torch.zeros(num_graphs, 1, dtype=e.dtype, device=e.device)
+        out = torch.zeros(num_graphs(batch), 1, dtype=e.dtype, device=e.device)
         return out.index_add_(0, batch[dst], e)
 
 

@@ -63,6 +63,7 @@ from torch import Tensor, nn
 from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.utils import scatter, softmax
 
+from .._batch import num_graphs as count_graphs
 from .._checks import positive_int
 from ..groups import LieGroup, get_group
 from ..groups.base import LogNormEmbedding, _is_compiling
@@ -459,7 +460,7 @@ class _TokenTransformer(nn.Module):
         if batch is None:
             batch = torch.zeros(N, dtype=torch.long, device=g.device)
         batch = _check_batch(batch, N)
-        B = num_graphs if num_graphs is not None else (int(batch.max()) + 1 if N else 0)
+        B = num_graphs if num_graphs is not None else count_graphs(batch)
         if edge_index is None:
             edge_index = (complete_graph(batch) if self.k is None
                           else log_knn_graph(self.group, g, self.k, batch, chart=self.chart))

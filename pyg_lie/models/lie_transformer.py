@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 from torch.nn import LayerNorm, Linear, Module, ModuleList, Sequential, SiLU
 
+from .._batch import num_graphs as count_graphs
 from .._checks import nonnegative_int, optional_length, positive_int
 from ..groups import LieGroup, get_group
 from ..nn.group_pool import GroupPool
@@ -161,7 +162,7 @@ class LieTransformer(Module):
         """
         h, lifted, _ = self.lifted_features(x, pos, batch, stabilizer)
         if num_graphs is None:
-            num_graphs = 1 if batch is None else (int(batch.max()) + 1 if batch.numel() else 0)
+            num_graphs = count_graphs(batch)
         return self.head(self.pool(h, lifted.batch, size=num_graphs))
 
     def __repr__(self) -> str:

@@ -13,6 +13,8 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import scatter
 
+from .._batch import num_graphs
+
 __all__ = ["GroupPool"]
 
 
@@ -33,7 +35,7 @@ class GroupPool(torch.nn.Module):
             return x.mean(0, keepdim=True) if self.reduce == "mean" else (
                 x.sum(0, keepdim=True) if self.reduce == "sum" else x.max(0, keepdim=True)[0])
         if size is None:
-            size = int(batch.max()) + 1 if batch.numel() else 0
+            size = num_graphs(batch)
         return scatter(x, batch, dim=0, dim_size=size, reduce=self.reduce)
 
     def __repr__(self) -> str:

@@ -162,10 +162,11 @@ def test_tiny_run_with_bf16_autocast(tmp_path):
 def test_bad_option_value_is_a_one_line_error(capsys, monkeypatch):
     from pyg_lie.cli import TRACEBACK_ENV, main
     monkeypatch.delenv(TRACEBACK_ENV, raising=False)
-    assert main(["train", "constellation", "--lift-samples", "0", "--num-train", "8", "--num-test", "8"]) == 2
+    argv = ["train", "constellation", "--radius", "-1", "--num-train", "8", "--num-test", "8"]
+    assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "pyg-lie train constellation: error: num_samples must be a positive int, got 0" in err
-    assert "lift.py" in err and "Traceback" not in err
+    assert "pyg-lie train constellation: error: radius must be a finite number >= 0" in err
+    assert "lie_transformer.py" in err and "Traceback" not in err
     monkeypatch.setenv(TRACEBACK_ENV, "1")
-    with pytest.raises(ValueError, match="num_samples"):
-        main(["train", "constellation", "--lift-samples", "0", "--num-train", "8", "--num-test", "8"])
+    with pytest.raises(ValueError, match="radius"):
+        main(argv)

@@ -33,24 +33,26 @@ import warnings
 
 import torch
 
+from ..cli.types import nonnegative_int, positive_int
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--groups", nargs="+", default=["SE2", "SO3", "Aff2"])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024])
-    parser.add_argument("--k", type=int, default=16, help="neighbours of the sparse graph")
-    parser.add_argument("--max-complete", type=int, default=1024,
+    parser.add_argument("--sizes", type=positive_int, nargs="+", default=[64, 256, 1024])
+    parser.add_argument("--k", type=positive_int, default=16, help="neighbours of the sparse graph")
+    parser.add_argument("--max-complete", type=positive_int, default=1024,
                         help="skip the complete graph above this many tokens")
-    parser.add_argument("--hidden", type=int, default=32)
-    parser.add_argument("--layers", type=int, default=3)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--hidden", type=positive_int, default=32)
+    parser.add_argument("--layers", type=nonnegative_int, default=3)
+    parser.add_argument("--heads", type=positive_int, default=4)
+    parser.add_argument("--repeat", type=positive_int, default=3)
+    parser.add_argument("--threads", type=nonnegative_int, default=1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--graph-groups", nargs="+", default=["SE3", "SO3"])
-    parser.add_argument("--graph-sizes", type=int, nargs="+", default=[1000, 10000, 100000],
+    parser.add_argument("--graph-sizes", type=positive_int, nargs="+", default=[1000, 10000, 100000],
                         help="token counts of the graph-construction timing (empty: skip)")
-    parser.add_argument("--max-brute", type=int, default=10000,
+    parser.add_argument("--max-brute", type=positive_int, default=10000,
                         help="largest N for the brute-force graph build (above: extrapolated)")
     parser.add_argument("--graph-only", action="store_true", help="only time graph construction")
     parser.add_argument("--out", default=os.path.join("runs", "bench_lie_algebra_attention"))

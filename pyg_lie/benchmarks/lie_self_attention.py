@@ -52,6 +52,8 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
+from ..cli.types import positive_int
+
 __all__ = ["add_arguments", "main", "dense_lie_self_attention", "run_config"]
 
 #: the official blocks' widths: location MLP 16-16 (3 linears) and the pointwise
@@ -334,16 +336,16 @@ def _run_subprocess(cfgs: List[Dict], timeout: float, bar=None, memory: bool = T
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sizes", type=int, nargs="*", default=[64, 128, 256, 512, 1024, 2048, 4096],
+    p.add_argument("--sizes", type=positive_int, nargs="*", default=[64, 128, 256, 512, 1024, 2048, 4096],
                    help="points per cloud N")
-    p.add_argument("--lifts", type=int, nargs="*", default=[1, 4], help="lift samples K (SE2)")
+    p.add_argument("--lifts", type=positive_int, nargs="*", default=[1, 4], help="lift samples K (SE2)")
     p.add_argument("--degree", type=float, default=8.0,
                    help="mean base in-degree (self loop included); the radius is set to give exactly this")
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--dense-max-nodes", type=int, default=4096, help="skip dense above N K lifted nodes")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--dim", type=positive_int, default=64)
+    p.add_argument("--heads", type=positive_int, default=4)
+    p.add_argument("--dense-max-nodes", type=positive_int, default=4096, help="skip dense above N K lifted nodes")
+    p.add_argument("--repeats", type=positive_int, default=3)
+    p.add_argument("--threads", type=positive_int, default=1,
                    help="torch threads per run (1 is much faster than 2 on a busy 2-core machine)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per implementation's subprocess")
     p.add_argument("--skip-sweep", action="store_true")

@@ -22,14 +22,16 @@ import torch
 
 from pyg_lie import neighbors as nb
 
+from ..cli.types import nonnegative_int, positive_int
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000],
+    parser.add_argument("--sizes", type=positive_int, nargs="+", default=[1000, 10000, 100000],
                         help="total number of points N (all graphs together)")
-    parser.add_argument("--graphs", type=int, default=4, help="graphs per batch")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs per backend (median)")
+    parser.add_argument("--graphs", type=positive_int, default=4, help="graphs per batch")
+    parser.add_argument("--repeat", type=positive_int, default=3, help="timed runs per backend (median)")
     parser.add_argument("--degree", type=float, default=16.0, help="mean neighbours per point")
-    parser.add_argument("--dim", type=int, default=3, help="space dimension d")
+    parser.add_argument("--dim", type=positive_int, default=3, help="space dimension d")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--backends", nargs="+", default=None,
@@ -38,9 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip cdist when one run is extrapolated to take longer")
     parser.add_argument("--kdtree-methods", action="store_true",
                         help="also time the raw scipy cKDTree query methods (CPU)")
-    parser.add_argument("--threads", type=int, default=None,
+    parser.add_argument("--threads", type=nonnegative_int, default=None,
                         help="torch intra-op threads (default: torch's default)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=nonnegative_int, default=0)
 
 
 def ball_radius(degree: float, d: int) -> float:

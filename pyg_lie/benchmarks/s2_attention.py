@@ -28,19 +28,21 @@ from typing import Dict, List
 
 import torch
 
+from ..cli.types import nonnegative_int, positive_int
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", default="32x64,64x128", help="comma separated NLATxNLON grids")
     parser.add_argument("--grid", default="equiangular",
                         choices=["equiangular", "legendre-gauss", "lobatto", "equiangular-trapezoidal"])
-    parser.add_argument("--channels", type=int, default=32)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--repeat", type=int, default=5, help="timed repetitions (after one warm-up)")
-    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: leave default)")
+    parser.add_argument("--channels", type=positive_int, default=32)
+    parser.add_argument("--heads", type=positive_int, default=4)
+    parser.add_argument("--batch", type=positive_int, default=4)
+    parser.add_argument("--repeat", type=positive_int, default=5, help="timed repetitions (after one warm-up)")
+    parser.add_argument("--threads", type=nonnegative_int, default=0, help="torch intra-op threads (0: leave default)")
     parser.add_argument("--skip-edge-list", action="store_true", help="do not time the message-passing path")
     parser.add_argument("--out", default="runs/bench_s2_attention", help="folder for results.csv/json")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=nonnegative_int, default=0)
 
 
 def _time(fn):

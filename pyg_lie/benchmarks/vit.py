@@ -22,18 +22,21 @@ import time
 
 import torch
 
+from ..cli.types import nonnegative_int, positive_int
+
 __all__ = ["add_arguments", "main", "run"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--img-size", type=int, default=32)
-    p.add_argument("--patch-size", type=int, default=8)
-    p.add_argument("--width", type=int, default=384, help="token dimension (multiple of 24)")
-    p.add_argument("--depth", type=int, default=2)
-    p.add_argument("--heads", type=int, default=3)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--reps", type=int, default=7)
-    p.add_argument("--threads", type=int, default=1, help="torch threads (0: torch default; 1 is stable on shared CPUs)")
+    p.add_argument("--img-size", type=positive_int, default=32)
+    p.add_argument("--patch-size", type=positive_int, default=8)
+    p.add_argument("--width", type=positive_int, default=384, help="token dimension (multiple of 24)")
+    p.add_argument("--depth", type=positive_int, default=2)
+    p.add_argument("--heads", type=positive_int, default=3)
+    p.add_argument("--batch", type=positive_int, default=32)
+    p.add_argument("--reps", type=positive_int, default=7)
+    p.add_argument("--threads", type=nonnegative_int, default=1,
+                   help="torch threads (0: torch default; 1 is stable on shared CPUs)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--out", default="runs/bench_vit", help="folder for results.json")

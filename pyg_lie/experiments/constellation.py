@@ -30,6 +30,8 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
+from ..cli.types import nonnegative_int, positive_int
+
 __all__ = ["add_arguments", "main", "run_demo", "evaluate_accuracy", "invariance_error"]
 
 PAPER = {"T2": {"test": 0.75, "test_SE2": 0.63}, "SE2": {"test": 0.71, "test_SE2": 0.69}}
@@ -40,18 +42,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--group", choices=["T2", "SE2"], default="SE2", help="symmetry group of the model")
     p.add_argument("--lift", choices=["haar", "finite"], default="haar", help="Haar samples or C_K lift")
-    p.add_argument("--lift-samples", type=int, default=1, help="K, lifts per point")
-    p.add_argument("--num-train", type=int, default=10000)
-    p.add_argument("--num-test", type=int, default=1000)
-    p.add_argument("--data-seed", type=int, default=0, help="train seed; test uses +1, T2/SE2 copies +2/+3")
+    p.add_argument("--lift-samples", type=positive_int, default=1, help="K, lifts per point")
+    p.add_argument("--num-train", type=positive_int, default=10000)
+    p.add_argument("--num-test", type=positive_int, default=1000)
+    p.add_argument("--data-seed", type=nonnegative_int, default=0, help="train seed; test uses +1, T2/SE2 copies +2/+3")
     p.add_argument("--data", choices=["uniform", "official"], default="uniform",
                    help="uniform: counts uniform on 0/1/2, Haar orientations, random sizes (the issue's "
                         "generator); official: the official code's distribution behind the paper's Table 1 "
                         "(Binomial(2, 1/2) counts, orientations within +-60 degrees, five-point L)")
-    p.add_argument("--hidden", type=int, default=128, help="feature dimension d_v (paper: 128)")
-    p.add_argument("--layers", type=int, default=10, help="LieTransformer blocks (paper: 10)")
-    p.add_argument("--heads", type=int, default=8, help="attention heads (paper: 8)")
-    p.add_argument("--kernel-dim", type=int, default=12, help="location-MLP width (paper: 12)")
+    p.add_argument("--hidden", type=positive_int, default=128, help="feature dimension d_v (paper: 128)")
+    p.add_argument("--layers", type=nonnegative_int, default=10, help="LieTransformer blocks (paper: 10)")
+    p.add_argument("--heads", type=positive_int, default=8, help="attention heads (paper: 8)")
+    p.add_argument("--kernel-dim", type=positive_int, default=12, help="location-MLP width (paper: 12)")
     p.add_argument("--mlp-ratio", type=float, default=1.0,
                    help="hidden width of each block's pointwise MLP / d_v (the official code: 1, "
                         "which gives the paper's ~1.05M parameters at d_v=128, 10 layers)")
@@ -64,27 +66,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--normalization", default="constant", choices=["softmax", "constant"],
                    help="constant (mean) normalisation: with the constant input features x_i = 1 softmax "
                         "attention averages identical values and cannot see the geometry")
-    p.add_argument("--epochs", type=int, default=100)
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--epochs", type=positive_int, default=100)
+    p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--betas", type=float, nargs=2, default=(0.5, 0.9), help="Adam betas (paper: 0.5 0.9)")
     p.add_argument("--schedule", choices=["constant", "cosine"], default="constant",
                    help="learning rate after warm-up: constant (paper) or cosine decay to 0 at --epochs; "
                         "with --time-limit the cosine is fitted to the epochs that fit in the limit")
-    p.add_argument("--warmup-epochs", type=int, default=0, help="linear learning-rate warm-up (epochs)")
+    p.add_argument("--warmup-epochs", type=nonnegative_int, default=0, help="linear learning-rate warm-up (epochs)")
     p.add_argument("--grad-clip", type=float, default=None, help="clip the gradient norm to this value")
     p.add_argument("--augment", choices=["none", "T2", "SE2"], default="none",
                    help="random augmentation of every training batch (D_train^T2 / D_train^SE2)")
-    p.add_argument("--eval-every", type=int, default=1, help="evaluate every this many epochs")
+    p.add_argument("--eval-every", type=positive_int, default=1, help="evaluate every this many epochs")
     p.add_argument("--time-limit", type=float, default=None,
                    help="stop (with a checkpoint) after this many minutes; continue with --resume")
-    p.add_argument("--invariance-lifts", type=int, nargs="*", default=[1, 2, 3, 4, 8, 16],
+    p.add_argument("--invariance-lifts", type=positive_int, nargs="*", default=[1, 2, 3, 4, 8, 16],
                    help="lift sample counts of the invariance-error curve")
-    p.add_argument("--invariance-clouds", type=int, default=200, help="test clouds for invariance errors")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--invariance-clouds", type=positive_int, default=200, help="test clouds for invariance errors")
+    p.add_argument("--threads", type=positive_int, default=1,
                    help="torch threads (1 is much faster than 2 on a busy 2-core machine)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--seed", type=int, default=0, help="model init / data order seed")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="model init / data order seed")
     p.add_argument("--out", default="runs/constellation", help="output folder")
     p.add_argument("--resume", default=None, help="checkpoint to continue from")
     p.add_argument("--init-from", default=None,

@@ -25,6 +25,8 @@ import time
 
 import torch
 
+from ..cli.types import nonnegative_int, positive_int
+
 GROUP_CHOICES = ("SO2", "SE2", "SO3", "SE3", "Aff2", "Aff3")
 SCORE_CHOICES = ("closed_form", "mlp", "vector")
 MODEL_LETTER = {"closed_form": "G", "mlp": "C", "vector": "A"}
@@ -34,20 +36,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group", default="SE2", choices=GROUP_CHOICES)
     parser.add_argument("--score", nargs="+", default=["closed_form"], choices=SCORE_CHOICES,
                         help="model(s): closed_form = G, mlp = C, vector = A")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=4000, help="optimiser steps")
-    parser.add_argument("--batch-size", type=int, default=256,
+    parser.add_argument("--seeds", type=nonnegative_int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=positive_int, default=4000, help="optimiser steps")
+    parser.add_argument("--batch-size", type=positive_int, default=256,
                         help="sequences per step (256 with lr 5e-3 halves G's SE(2)/SO(3) error vs 128 / 3e-3)")
     parser.add_argument("--lr", type=float, default=5e-3,
                         help="peak learning rate of the one-cycle schedule (5%% linear-cosine warmup, cosine decay)")
-    parser.add_argument("--train-size", type=int, default=4000)
-    parser.add_argument("--test-size", type=int, default=500)
-    parser.add_argument("--length", type=int, default=8)
+    parser.add_argument("--train-size", type=positive_int, default=4000)
+    parser.add_argument("--test-size", type=positive_int, default=500)
+    parser.add_argument("--length", type=positive_int, default=8)
     parser.add_argument("--step-std", nargs="+", default=[], metavar="BLOCK=STD",
                         help="per-block std of the step xi, e.g. translation=0.5 (data set defaults otherwise)")
-    parser.add_argument("--hidden", type=int, default=32)
-    parser.add_argument("--layers", type=int, default=3)
-    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--hidden", type=positive_int, default=32)
+    parser.add_argument("--layers", type=nonnegative_int, default=3)
+    parser.add_argument("--heads", type=positive_int, default=4)
     parser.add_argument("--head", default="midpoint", choices=["midpoint", "pair", "token"],
                         help="completion head: midpoint = learned choice of a pair, prediction on the "
                              "geodesic midpoint; pair = the same with a learned point c = 1/2 + MLP; "
@@ -62,8 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="weight of the per-token proposal loss")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave the default; 1 is fastest on a shared CPU)")
-    parser.add_argument("--equiv-sequences", type=int, default=64,
+    parser.add_argument("--threads", type=nonnegative_int, default=1,
+                        help="torch threads (0: leave the default; 1 is fastest on a shared CPU)")
+    parser.add_argument("--equiv-sequences", type=positive_int, default=64,
                         help="test sequences used for the float64 equivariance error")
     parser.add_argument("--out", default=os.path.join("runs", "lie_sequence"))
     parser.add_argument("--no-progress", action="store_true")

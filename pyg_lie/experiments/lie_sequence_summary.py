@@ -20,6 +20,7 @@ import json
 import os
 from types import SimpleNamespace
 
+from ..cli.types import nonnegative_int, positive_int
 from . import lie_sequence
 from .lie_sequence import GROUP_CHOICES, MODEL_LETTER, SCORE_CHOICES, aggregate
 
@@ -35,16 +36,16 @@ PAPER = {
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--groups", nargs="+", default=list(GROUP_CHOICES), choices=GROUP_CHOICES)
     parser.add_argument("--scores", nargs="+", default=list(SCORE_CHOICES), choices=SCORE_CHOICES)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=nonnegative_int, nargs="+", default=[0, 1, 2])
     d = _experiment_defaults()  # one source for the training defaults
-    parser.add_argument("--steps", type=int, default=d.steps)
-    parser.add_argument("--batch-size", type=int, default=d.batch_size)
+    parser.add_argument("--steps", type=positive_int, default=d.steps)
+    parser.add_argument("--batch-size", type=positive_int, default=d.batch_size)
     parser.add_argument("--lr", type=float, default=d.lr)
     parser.add_argument("--head", default=d.head, choices=["midpoint", "pair", "token"],
                         help="completion head (see pyg-lie train lie-sequence --help)")
-    parser.add_argument("--train-size", type=int, default=d.train_size)
-    parser.add_argument("--test-size", type=int, default=d.test_size)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--train-size", type=positive_int, default=d.train_size)
+    parser.add_argument("--test-size", type=positive_int, default=d.test_size)
+    parser.add_argument("--threads", type=nonnegative_int, default=1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", default=os.path.join("runs", "lie_sequence"))
     parser.add_argument("--collect-only", action="store_true", help="only read existing results")

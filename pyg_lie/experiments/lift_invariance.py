@@ -35,6 +35,8 @@ from typing import Dict, Iterator, List, Optional, Sequence
 import torch
 from torch import Tensor
 
+from ..cli.types import nonnegative_int, positive_int
+
 __all__ = ["add_arguments", "main", "run_demo", "lift_invariance_curve", "swapped_lift"]
 
 #: the official diagnostic's model (``diagnostics/invariance_error.py``)
@@ -42,24 +44,24 @@ DIAGNOSTIC_ARCH = {"hidden": 8, "layers": 1, "heads": 2, "kernel_dim": 2}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--lifts", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32],
+    p.add_argument("--lifts", type=positive_int, nargs="+", default=[1, 2, 4, 8, 16, 32],
                    help="numbers of Haar lift samples K")
-    p.add_argument("--seeds", type=int, default=8, help="freshly initialised models (one per seed)")
-    p.add_argument("--clouds", type=int, default=4, help="test clouds per model")
-    p.add_argument("--elements", type=int, default=8, help="random SE(2) elements per cloud")
+    p.add_argument("--seeds", type=positive_int, default=8, help="freshly initialised models (one per seed)")
+    p.add_argument("--clouds", type=positive_int, default=4, help="test clouds per model")
+    p.add_argument("--elements", type=positive_int, default=8, help="random SE(2) elements per cloud")
     p.add_argument("--data", choices=["uniform", "official"], default="official",
                    help="constellation generator of the clouds (see pyg-lie train constellation)")
-    p.add_argument("--hidden", type=int, default=DIAGNOSTIC_ARCH["hidden"], help="feature dimension d_v")
-    p.add_argument("--layers", type=int, default=DIAGNOSTIC_ARCH["layers"], help="LieTransformer blocks")
-    p.add_argument("--heads", type=int, default=DIAGNOSTIC_ARCH["heads"], help="attention heads")
-    p.add_argument("--kernel-dim", type=int, default=DIAGNOSTIC_ARCH["kernel_dim"], help="location-MLP width")
+    p.add_argument("--hidden", type=positive_int, default=DIAGNOSTIC_ARCH["hidden"], help="feature dimension d_v")
+    p.add_argument("--layers", type=nonnegative_int, default=DIAGNOSTIC_ARCH["layers"], help="LieTransformer blocks")
+    p.add_argument("--heads", type=positive_int, default=DIAGNOSTIC_ARCH["heads"], help="attention heads")
+    p.add_argument("--kernel-dim", type=positive_int, default=DIAGNOSTIC_ARCH["kernel_dim"], help="location-MLP width")
     p.add_argument("--normalization", default="constant", choices=["softmax", "constant"],
                    help="constant (mean) normalisation, as trained by pyg-lie train constellation; with the "
                         "constant input features softmax attention averages identical values, so the output "
                         "does not depend on the geometry and is exactly invariant for every K")
-    p.add_argument("--max-edges", type=int, default=2_000_000,
+    p.add_argument("--max-edges", type=positive_int, default=2_000_000,
                    help="largest number of lifted edges per forward pass (copies of a cloud are split)")
-    p.add_argument("--threads", type=int, default=2, help="torch threads")
+    p.add_argument("--threads", type=positive_int, default=2, help="torch threads")
     p.add_argument("--out", default="runs/lift_invariance", help="output folder")
     p.add_argument("--no-progress", action="store_true", help="disable the tqdm bar")
 

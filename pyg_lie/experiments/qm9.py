@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..cli.types import nonnegative_int, positive_int
 from ..datasets.qm9 import PAPER_MAE, QM9Transform, cormorant_split, pyg_split, write_synthetic_raw
 from ..training import (AMP_DTYPES, DistEnv, add_amp_argument, all_reduce_sum, cleanup, eval_loader, fit,
                         init_distributed, seed_everything, unwrap, wrap_model)
@@ -31,34 +32,35 @@ from ..training import (AMP_DTYPES, DistEnv, add_amp_argument, all_reduce_sum, c
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", type=str, default="data/QM9", help="PyG QM9 root (raw/ and processed/)")
-    p.add_argument("--synthetic", type=int, default=None, metavar="N",
+    p.add_argument("--synthetic", type=positive_int, default=None, metavar="N",
                    help="write a tiny synthetic raw/qm9_v3.pt with N molecules into --root (offline demo/test)")
     p.add_argument("--target", type=str, default="homo", help="homo, lumo, gap, U0, mu, alpha, ... (paper units)")
     p.add_argument("--group", choices=["T3", "SE3"], default="T3")
     p.add_argument("--split", choices=["cormorant", "pyg"], default="cormorant")
-    p.add_argument("--split-seed", type=int, default=0)
-    p.add_argument("--limit-train", type=int, default=None, help="use only the first N training molecules")
-    p.add_argument("--limit-eval", type=int, default=None, help="use only the first N valid/test molecules")
-    p.add_argument("--epochs", type=int, default=2, help="paper: 500")
-    p.add_argument("--batch-size", type=int, default=75, help="global batch (paper: 75)")
+    p.add_argument("--split-seed", type=nonnegative_int, default=0)
+    p.add_argument("--limit-train", type=positive_int, default=None, help="use only the first N training molecules")
+    p.add_argument("--limit-eval", type=positive_int, default=None, help="use only the first N valid/test molecules")
+    p.add_argument("--epochs", type=positive_int, default=2, help="paper: 500")
+    p.add_argument("--batch-size", type=positive_int, default=75, help="global batch (paper: 75)")
     p.add_argument("--lr", type=float, default=3e-4, help="paper: 3e-4")
-    p.add_argument("--hidden", type=int, default=64, help="d_v (paper: 848)")
-    p.add_argument("--layers", type=int, default=2, help="paper: 13 (T3), 30 (SE3)")
-    p.add_argument("--heads", type=int, default=4, help="paper: 8")
-    p.add_argument("--lift-samples", type=int, default=None, help="default 1 (T3), 2 (SE3, as the paper)")
+    p.add_argument("--hidden", type=positive_int, default=64, help="d_v (paper: 848)")
+    p.add_argument("--layers", type=nonnegative_int, default=2, help="paper: 13 (T3), 30 (SE3)")
+    p.add_argument("--heads", type=positive_int, default=4, help="paper: 8")
+    p.add_argument("--lift-samples", type=positive_int, default=None, help="default 1 (T3), 2 (SE3, as the paper)")
     p.add_argument("--radius", type=float, default=None, help="neighbourhood radius in Angstrom (None: all atoms)")
-    p.add_argument("--max-neighbors", type=int, default=None,
+    p.add_argument("--max-neighbors", type=positive_int, default=None,
                    help="uniformly subsample lifted neighbourhoods (paper: 25 of 50 for T3, 20 of 25 for SE3)")
     p.add_argument("--normalization", choices=["softmax", "constant"], default="softmax")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--num-workers", type=int, default=0)
+    p.add_argument("--seed", type=nonnegative_int, default=0)
+    p.add_argument("--num-workers", type=nonnegative_int, default=0)
     p.add_argument("--device", choices=["cpu", "cuda"], default=None)
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=nonnegative_int, default=1,
                    help="torch intra-op threads per process (0: torch's default; 1 is far faster on a busy "
                         "2-core CPU; raise it on a large idle machine)")
     p.add_argument("--out", type=str, default="runs/qm9")
     p.add_argument("--resume", type=str, default=None, help="checkpoint to continue from ('auto': OUT/checkpoint.pt)")
-    p.add_argument("--stop-after", type=int, default=None, help="stop after this many epochs of this invocation")
+    p.add_argument("--stop-after", type=positive_int, default=None,
+                   help="stop after this many epochs of this invocation")
     p.add_argument("--no-progress", action="store_true")
     add_amp_argument(p)
 

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 from torch.utils.data import Subset
 
+from ..cli.types import nonnegative_int, positive_int
 from ..datasets.springs import SpringDynamics, spring_hamiltonian
 from ..models.hamiltonian import HamiltonianNODE, PairwiseMLPPotential, rollout_mse
 from ..training import (DistEnv, all_reduce_sum, cleanup, eval_loader, fit, init_distributed, seed_everything,
@@ -51,34 +52,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="LieTransformer group: T2, or SE2 with the finite C2 lift (2 lifts per particle)")
     p.add_argument("--potential", choices=["lie", "pair"], default="lie",
                    help="V(q): the LieTransformer, or a small pairwise-distance MLP baseline")
-    p.add_argument("--n-train", type=int, default=200, help="training systems (one 5-step window each)")
-    p.add_argument("--n-val", type=int, default=100)
-    p.add_argument("--n-test", type=int, default=100, help="test trajectories")
+    p.add_argument("--n-train", type=positive_int, default=200, help="training systems (one 5-step window each)")
+    p.add_argument("--n-val", type=positive_int, default=100)
+    p.add_argument("--n-test", type=positive_int, default=100, help="test trajectories")
     p.add_argument("--sizes", type=str, default=None,
                    help="comma-separated training-set sizes for the data-efficiency sweep (Fig. 4); "
                         "nested subsets of one training set, fixed test set")
-    p.add_argument("--epochs", type=int, default=None,
+    p.add_argument("--epochs", type=positive_int, default=None,
                    help="epochs; default round(epoch-scale * sqrt(3000 / n_train)) as in the paper")
     p.add_argument("--epoch-scale", type=float, default=3.0, help="the paper uses 400")
-    p.add_argument("--batch-size", type=int, default=100, help="global batch (full batch when n <= it)")
+    p.add_argument("--batch-size", type=positive_int, default=100, help="global batch (full batch when n <= it)")
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--hidden", type=int, default=32, help="d_v (paper: 160, small model 80)")
-    p.add_argument("--layers", type=int, default=2, help="attention blocks (paper: 5, small model 3)")
-    p.add_argument("--heads", type=int, default=4, help="heads (paper: 8)")
-    p.add_argument("--chunk-len", type=int, default=5, help="training window in steps")
-    p.add_argument("--rollout-steps", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0, help="model / data-order seed")
-    p.add_argument("--data-seed", type=int, default=0, help="data seed (train, val, test use +0, +1, +2)")
+    p.add_argument("--hidden", type=positive_int, default=32, help="d_v (paper: 160, small model 80)")
+    p.add_argument("--layers", type=nonnegative_int, default=2, help="attention blocks (paper: 5, small model 3)")
+    p.add_argument("--heads", type=positive_int, default=4, help="heads (paper: 8)")
+    p.add_argument("--chunk-len", type=positive_int, default=5, help="training window in steps")
+    p.add_argument("--rollout-steps", type=positive_int, default=100)
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="model / data-order seed")
+    p.add_argument("--data-seed", type=nonnegative_int, default=0, help="data seed (train, val, test use +0, +1, +2)")
     p.add_argument("--grad-clip", type=float, default=None)
-    p.add_argument("--eval-every", type=int, default=1, help="validate every this many epochs (and at the end)")
+    p.add_argument("--eval-every", type=positive_int, default=1,
+                   help="validate every this many epochs (and at the end)")
     p.add_argument("--double", action="store_true", help="train in float64")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None)
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=nonnegative_int, default=1,
                    help="torch intra-op threads per process (0: torch's default; 1 is far faster on a busy "
                         "2-core CPU; raise it on a large idle machine)")
     p.add_argument("--out", type=str, default="runs/springs")
     p.add_argument("--resume", type=str, default=None, help="checkpoint to continue from ('auto': OUT/checkpoint.pt)")
-    p.add_argument("--stop-after", type=int, default=None,
+    p.add_argument("--stop-after", type=positive_int, default=None,
                    help="stop after this many epochs of this invocation (time-boxed jobs); continue with --resume")
     p.add_argument("--no-progress", action="store_true")
 

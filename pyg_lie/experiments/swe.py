@@ -31,23 +31,25 @@ from typing import Dict, List
 import torch
 from torch import Tensor, nn
 
+from ..cli.types import nonnegative_int, positive_int
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nlat", type=int, default=32)
-    p.add_argument("--nlon", type=int, default=64)
-    p.add_argument("--n-train", type=int, default=32, help="training pairs generated at start")
-    p.add_argument("--n-val", type=int, default=8, help="validation pairs")
+    p.add_argument("--nlat", type=positive_int, default=32)
+    p.add_argument("--nlon", type=positive_int, default=64)
+    p.add_argument("--n-train", type=positive_int, default=32, help="training pairs generated at start")
+    p.add_argument("--n-val", type=positive_int, default=8, help="validation pairs")
     p.add_argument("--dt-hours", type=float, default=1.0, help="prediction step in hours")
-    p.add_argument("--epochs", type=int, default=12)
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--epochs", type=positive_int, default=12)
+    p.add_argument("--batch-size", type=positive_int, default=8)
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--channels", type=int, default=16)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--blocks", type=int, default=2)
+    p.add_argument("--channels", type=positive_int, default=16)
+    p.add_argument("--heads", type=positive_int, default=4)
+    p.add_argument("--blocks", type=positive_int, default=2)
     p.add_argument("--backends", default="pyg-lie,torch-harmonics",
                    help="comma separated: pyg-lie and/or torch-harmonics")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=nonnegative_int, default=0)
     p.add_argument("--out", default="runs/swe", help="output folder for maps, curves and summary.json")
 
 

@@ -41,6 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..cli.types import nonnegative_int, positive_int
+
 __all__ = ["add_arguments", "main", "load_dataset", "rotate_images", "matched_channels"]
 
 SQUARE = ("D4", "C4", "D2", "C1")
@@ -55,34 +57,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--groups", default=None, help="comma list (default: D4,C1 square / D6,C1 hex; "
                    "'all' for D4,C4,D2,C1 / D6,C6,D3,C1)")
     p.add_argument("--ratios", default="0.1,1.0", help="comma list of training-set fractions")
-    p.add_argument("--seeds", type=int, default=1)
-    p.add_argument("--epochs", type=int, default=10, help="epochs at ratio 1; ratio r trains epochs/r (<= 10x)")
-    p.add_argument("--max-train", type=int, default=5000,
+    p.add_argument("--seeds", type=positive_int, default=1)
+    p.add_argument("--epochs", type=positive_int, default=10,
+                   help="epochs at ratio 1; ratio r trains epochs/r (<= 10x)")
+    p.add_argument("--max-train", type=positive_int, default=5000,
                    help="size of the full (100%%) training set (before 30 Nov 2026 the default was 1000: "
                         "100 images at 10%% gave seed-to-seed spreads as large as the D4-C1 gap)")
-    p.add_argument("--n-val", type=int, default=1000, help="validation images (checkpoint selection; was 300)")
-    p.add_argument("--n-test", type=int, default=1000)
-    p.add_argument("--img-size", type=int, default=16)
-    p.add_argument("--patch-size", type=int, default=4, help="square patch side")
-    p.add_argument("--hex-patch-side", type=int, default=3, help="N2: pixels per hexagonal patch side")
-    p.add_argument("--hex-patches-side", type=int, default=3, help="N1: patches per side")
-    p.add_argument("--depth", type=int, default=2)
-    p.add_argument("--heads", type=int, default=3)
-    p.add_argument("--channels", type=int, default=6,
+    p.add_argument("--n-val", type=positive_int, default=1000, help="validation images (checkpoint selection; was 300)")
+    p.add_argument("--n-test", type=positive_int, default=1000)
+    p.add_argument("--img-size", type=positive_int, default=16)
+    p.add_argument("--patch-size", type=positive_int, default=4, help="square patch side")
+    p.add_argument("--hex-patch-side", type=positive_int, default=3, help="N2: pixels per hexagonal patch side")
+    p.add_argument("--hex-patches-side", type=positive_int, default=3, help="N1: patches per side")
+    p.add_argument("--depth", type=positive_int, default=2)
+    p.add_argument("--heads", type=positive_int, default=3)
+    p.add_argument("--channels", type=positive_int, default=6,
                    help="copies of the regular rep for the largest group; others matched in parameters")
     p.add_argument("--attention", default="coupled", choices=["coupled", "irrepwise"])
     p.add_argument("--compare-attention", action="store_true", help="also run Fig. 5 (C4, coupled vs irrepwise)")
     p.add_argument("--mlp-gset", default="regular")
     p.add_argument("--mlp-ratio", type=float, default=1.0)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--evals", type=int, default=10, help="validations per run (early-stopping checkpoints)")
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--evals", type=positive_int, default=10, help="validations per run (early-stopping checkpoints)")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--weight-decay", type=float, default=0.05)
     p.add_argument("--break-symmetry", default=None,
                    help="e.g. 'C4@0.5': restrict every model to this subgroup after that fraction of the epochs "
                         "(model.restrict, Theorem 2); models whose group does not contain it keep their group")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=nonnegative_int, default=1)
     p.add_argument("--out", default="runs/vit")
 
 

@@ -1,0 +1,40 @@
+"""The command line's option types and its parsers."""
+import argparse
+
+import pytest
+
+from pyg_lie.cli import BENCH, OTHER, TRAIN, _available, build_parser
+from pyg_lie.cli.types import nonnegative_int, positive_int
+
+
+def test_count_types():
+    assert positive_int("3") == 3 and nonnegative_int("0") == 0
+    for f, bad in ((positive_int, "0"), (positive_int, "-2"), (nonnegative_int, "-1"),
+                   (positive_int, "1.5"), (nonnegative_int, "x")):
+        with pytest.raises(argparse.ArgumentTypeError, match="must be"):
+            f(bad)
+
+
+def _commands():
+    out = [[name] for name in _available(OTHER)]
+    for group, table in (("train", TRAIN), ("bench", BENCH)):
+        out += [[group, name] for name in _available(table)]
+    return out
+
+
+@pytest.mark.parametrize("command", _commands(), ids=" ".join)
+def test_every_command_parses_its_defaults(command):
+    args = build_parser(command).parse_args(command)
+    assert args._module
+
+
+@pytest.mark.parametrize("command, option", [
+    (["train", "constellation"], "--epochs"), (["train", "springs"], "--batch-size"),
+    (["bench", "lie-self-attention"], "--repeats"), (["bench", "neighbors"], "--sizes"),
+])
+def test_zero_counts_are_usage_errors(command, option, capsys):
+    argv = command + [option, "0"]
+    with pytest.raises(SystemExit) as err:
+        build_parser(argv).parse_args(argv)
+    assert err.value.code == 2
+    assert f"argument {option}: must be a positive integer, got '0'" in capsys.readouterr().err

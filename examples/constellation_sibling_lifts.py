@@ -18,6 +18,7 @@ from unittest import mock
 import torch
 
 import pyg_lie.models.lie_transformer as lt
+from pyg_lie.cli.types import positive_int
 from pyg_lie.datasets.constellation import Constellation
 from pyg_lie.experiments import constellation as exp
 
@@ -40,9 +41,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", default="runs/constellation_SE2_official",
                    help="output folder of an SE2 'pyg-lie train constellation' run (holds checkpoint.pt)")
-    p.add_argument("--lifts", type=int, nargs="+", default=[1, 2, 3, 4, 8])
-    p.add_argument("--clouds", type=int, default=100, help="test clouds")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--lifts", type=positive_int, nargs="+", default=[1, 2, 3, 4, 8])
+    p.add_argument("--clouds", type=positive_int, default=100, help="test clouds")
+    p.add_argument("--threads", type=positive_int, default=1)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     ck = torch.load(f"{args.run}/checkpoint.pt", map_location="cpu", weights_only=False)

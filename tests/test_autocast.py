@@ -21,8 +21,9 @@ def _grads(module):
     return [p.grad.clone() for p in module.parameters() if p.grad is not None]
 
 
-@pytest.mark.parametrize("group, K, radius", [("T2", 1, None), ("SE2", 4, 0.5)])
-def test_lie_transformer_under_cpu_autocast(group, K, radius):
+@pytest.mark.parametrize("group, K, radius, per_head", [("T2", 1, None, False), ("SE2", 4, 0.5, False),
+                                                       ("T2", 1, None, True)])
+def test_lie_transformer_under_cpu_autocast(group, K, radius, per_head):
     """Complete clouds (batched products) and a radius graph (CSR SDDMM / SpMM), both with
     more edges than one edge-MLP chunk: bfloat16 autocast runs forward and backward and stays
     within bfloat16 accuracy of float32."""
@@ -30,7 +31,8 @@ def test_lie_transformer_under_cpu_autocast(group, K, radius):
     pos = torch.randn(1024, 2)
     batch = torch.arange(32).repeat_interleave(32)
     x = torch.ones(1024, 1)
-    model = LieTransformer(group, 1, 32, 2, num_layers=2, heads=4, lift_samples=K, radius=radius).eval()
+    model = LieTransformer(group, 1, 32, 2, num_layers=2, heads=4, lift_samples=K, radius=radius,
+                           kernel_per_head=per_head).eval()
     ref = model(x, pos, batch)
     ref.square().sum().backward()
     ref_grads = _grads(model)

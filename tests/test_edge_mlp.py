@@ -4,7 +4,7 @@ import torch
 from torch.nn import GELU, Linear, Sequential, SiLU
 from torch.autograd import gradcheck, gradgradcheck
 
-from pyg_lie.nn._edge_mlp import _edge_mlp_op, edge_mlp
+from pyg_lie.nn._edge_mlp import HeadwiseMLP, _edge_mlp_op, _headwise_op, edge_mlp
 from pyg_lie.nn.lie_self_attention import _mlp
 
 D = torch.float64
@@ -111,8 +111,8 @@ def test_compiled_matches_eager(monkeypatch):
         assert torch.allclose(a, b, rtol=1e-12, atol=1e-13)
 
 
-@pytest.mark.parametrize("combine", ["additive", "mlp"])
-def test_lie_self_attention_chunked_equals_unchunked(monkeypatch, combine):
+@pytest.mark.parametrize("combine, per_head", [("additive", False), ("mlp", False), ("additive", True)])
+def test_lie_self_attention_chunked_equals_unchunked(monkeypatch, combine, per_head):
     """The layer (fused path) with 8-row chunks: same output, gradients w.r.t. positions and
     parameters, and the same double backward (gradient of a force loss)."""
     import pyg_lie.nn._edge_mlp as em
@@ -124,7 +124,8 @@ def test_lie_self_attention_chunked_equals_unchunked(monkeypatch, combine):
     G = get_group("SE2")
     torch.manual_seed(4)
     content = "dot_product" if combine == "additive" else "linear_concat_linear"
-    layer = LieSelfAttention(6, 6, G, heads=2, kernel_dim=8, combine=combine, content=content).to(D)
+    layer = LieSelfAttention(6, 6, G, heads=2, kernel_dim=8, combine=combine, content=content,
+                             kernel_per_head=per_head).to(D)
     pos0 = torch.randn(12, 2, dtype=D)
     x = torch.randn(12, 6, dtype=D)
     h = G.stabilizer_random(12, 3, generator=torch.Generator().manual_seed(0), dtype=D)
@@ -142,3 +143,71 @@ def test_lie_self_attention_chunked_equals_unchunked(monkeypatch, combine):
         res.append([out.detach(), force.detach()] + [p.grad.clone() for p in layer.parameters()])
     for a, b in zip(*res):
         assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+# ------------------------------------------------------------------------ one MLP per head
+def _separate_mlps(m: HeadwiseMLP):
+    """The heads of ``m`` as independent ``torch.nn`` MLPs (the official code's layout)."""
+    heads = []
+    for h in range(m.heads):
+        seq = _mlp(m.in_dim, m.hidden, 1, m.layers).to(D)
+        with torch.no_grad():
+            for j, lin in enumerate(seq[::2]):
+                lin.weight.copy_(m.weights[j][h])
+                lin.bias.copy_(m.biases[j][h])
+        heads.append(seq)
+    return heads
+
+
+@pytest.mark.parametrize("layers", [1, 2, 3])
+def test_headwise_mlp_is_one_mlp_per_head(layers):
+    torch.manual_seed(7)
+    m = HeadwiseMLP(3, 6, 4, layers).to(D)
+    x = torch.randn(2, 5, 3, dtype=D)  # any leading shape
+    ref = torch.cat([seq(x) for seq in _separate_mlps(m)], -1)
+    assert m(x).shape == (2, 5, 4)
+    assert torch.allclose(m(x), ref, rtol=1e-13, atol=1e-14)
+    # heads are independent: perturbing head 1's weights moves only output 1
+    before = m(x).detach()
+    with torch.no_grad():
+        m.weights[0][1].add_(0.5)
+    moved = (m(x).detach() - before).abs().amax(dim=(0, 1))
+    assert moved[1] > 1e-3 and moved[[0, 2, 3]].max() == 0
+
+
+@pytest.mark.parametrize("layers", [1, 2, 3])
+@pytest.mark.parametrize("chunk", [4 * 7, 4 * 64, 4 * 1000])
+def test_headwise_chunked_matches_module(layers, chunk):
+    torch.manual_seed(8)
+    m = HeadwiseMLP(5, 8, 4, layers).to(D)
+    x = torch.randn(300, 5, dtype=D)
+    ref = _grads(m, x, m)
+    got = _grads(lambda t: edge_mlp(m, t, chunk=chunk), x, m)
+    for a, b in zip(ref, got):
+        assert torch.allclose(a, b, rtol=1e-12, atol=1e-13)
+
+
+def test_headwise_gradcheck_double_backward_and_opcheck():
+    torch.manual_seed(9)
+    m = HeadwiseMLP(3, 5, 2, 3).to(D)
+    x = torch.randn(11, 3, dtype=D, requires_grad=True)
+    params = m.params()
+    f = lambda x, *p: _headwise_op(x, list(p), 4)  # noqa: E731
+    assert gradcheck(f, (x, *params))
+    assert gradgradcheck(f, (x, *params))
+    torch.library.opcheck(torch.ops.pyg_lie.headwise_edge_mlp, (x, params, 4))
+    g = torch.randn(2, 11, dtype=D)
+    torch.library.opcheck(torch.ops.pyg_lie.headwise_edge_mlp_backward,
+                          (g, x.detach(), [p.detach() for p in params], 4, True))
+
+
+def test_headwise_compiled_matches_eager():
+    torch.manual_seed(10)
+    m = HeadwiseMLP(3, 8, 4, 3).to(D)
+    x = torch.randn(100, 3, dtype=D)
+    ref = _grads(lambda t: edge_mlp(m, t, chunk=64), x, m)
+    f = torch.compile(lambda t: edge_mlp(m, t, chunk=64), backend="aot_eager", fullgraph=True)
+    got = _grads(f, x, m)
+    assert "headwise" in str(torch._dynamo.explain(lambda t: edge_mlp(m, t, chunk=64))(x).graphs[0].code)
+    for a, b in zip(ref, got):
+        assert torch.allclose(a, b, rtol=1e-12, atol=1e-13)

@@ -17,6 +17,7 @@ OPTIONS = [
     dict(content="linear_concat_linear", combine="mlp", normalization="constant"),
     dict(content="dot_product", combine="multiplicative", normalization="constant", location="mlp"),
     dict(content="linear_concat_linear", location="identity", combine="mlp", normalization="softmax"),
+    dict(content="dot_product", combine="additive", normalization="softmax", kernel_per_head=True),
 ]
 
 
@@ -64,7 +65,7 @@ def test_equivariance_float64(name, opt):
     assert not torch.allclose(layer(lifted.x, ei, g_bad, inv), out, atol=1e-6)
 
 
-@pytest.mark.parametrize("opt", [0, 2])
+@pytest.mark.parametrize("opt", [0, 2, 4])
 def test_matches_dense_formulation(opt):
     G, layer, pos, lifted, ei, inv = setup("SE2", OPTIONS[opt])
     out, (ei_out, w) = layer(lifted.x, ei, lifted.g, return_attention_weights=True)
@@ -135,7 +136,8 @@ def test_pyg_sequential():
     assert model(lifted.x, ei, lifted.g).shape == (lifted.x.size(0), 8)
 
 
-@pytest.mark.parametrize("bad", ["heads", "content", "identity_additive", "g_shape", "invariants"])
+@pytest.mark.parametrize("bad", ["heads", "content", "identity_additive", "g_shape", "invariants",
+                                 "per_head_combine_mlp", "per_head_identity", "per_head_not_bool"])
 def test_bad_arguments(bad):
     G, layer, pos, lifted, ei, inv = setup("SO2", OPTIONS[0], dtype=torch.float32)
     with pytest.raises(ValueError):
@@ -147,6 +149,12 @@ def test_bad_arguments(bad):
             LieSelfAttention(8, 8, "SE2", location="identity", combine="additive")
         elif bad == "g_shape":
             layer(lifted.x, ei, lifted.g[:-1], inv)
+        elif bad == "per_head_combine_mlp":
+            LieSelfAttention(8, 8, "SE2", combine="mlp", kernel_per_head=True)
+        elif bad == "per_head_identity":
+            LieSelfAttention(8, 8, "SE2", location="identity", combine="mlp", kernel_per_head=True)
+        elif bad == "per_head_not_bool":
+            LieSelfAttention(8, 8, "SE2", kernel_per_head="yes")
         else:
             layer(lifted.x, ei, lifted.g, None)
 

@@ -15,7 +15,7 @@ one warm-up) and peak memory of
 against ``N`` (points per cloud) and the number of lift samples ``K``, and the
 full model (lift + edges + blocks + pooling) on the configurations whose
 official-implementation timings are listed in ``FIELD_NOTES.md`` section 2, built
-with the official blocks' widths (``OFFICIAL_ARCH``: location MLP 16-16, pointwise
+with the official blocks' widths (``OFFICIAL_ARCH``: location MLP 16-16 per head, pointwise
 MLP ``d -> d -> d``) so that both sides do the same per-node work; with ``--compile``
 also with every block under ``torch.compile`` (compilation timed apart). Beside each
 configuration, two bounds on the speed-up any implementation can reach on the machine: the
@@ -56,10 +56,10 @@ from ..cli.types import positive_int
 
 __all__ = ["add_arguments", "main", "dense_lie_self_attention", "run_config"]
 
-#: the official blocks' widths: location MLP 16-16 (3 linears) and the pointwise
-#: ``MLP(dim, dim, dim)`` of ``EquivariantTransformerBlock`` (dot-product content and
-#: softmax are the model's defaults)
-OFFICIAL_ARCH = dict(kernel_dim=16, kernel_layers=3, mlp_ratio=1.0)
+#: the official blocks' widths: one location MLP 16-16 (3 linears) per head, as the official
+#: ``MultiheadWeightNet``, and the pointwise ``MLP(dim, dim, dim)`` of
+#: ``EquivariantTransformerBlock`` (dot-product content and softmax are the model's defaults)
+OFFICIAL_ARCH = dict(kernel_dim=16, kernel_layers=3, kernel_per_head=True, mlp_ratio=1.0)
 
 #: the implementations of the one-layer sweep (the rest time the full model)
 SWEEP_IMPLS = ("sparse", "dense", "transformerconv")
@@ -142,16 +142,23 @@ def matmul_gflop(model, num_nodes: int, num_edges: int) -> float:
     is a lower bound for any implementation of the architecture."""
     from torch.nn import Linear
 
+    from ..nn._edge_mlp import HeadwiseMLP
+
     def linears(mods):
         return [m for m in mods if isinstance(m, Linear)]
+
+    def macs(mlp):  # multiply-adds per row of each linear map
+        if isinstance(mlp, HeadwiseMLP):
+            return [w.numel() for w in mlp.weights]  # heads x out x in
+        return [lin.in_features * lin.out_features for lin in linears(mlp)]
 
     flop = 0
     for blk in model.blocks:
         a = blk.attn
         for lin in [a.lin_q, a.lin_k, a.lin_v, a.lin_out, *linears(blk.mlp)]:
             flop += 3 * 2 * num_nodes * lin.in_features * lin.out_features
-        for i, lin in enumerate(linears(a.loc_mlp)):
-            flop += (3 if i else 2) * 2 * num_edges * lin.in_features * lin.out_features
+        for i, m in enumerate(macs(a.loc_mlp)):
+            flop += (3 if i else 2) * 2 * num_edges * m
         flop += 2 * 3 * 2 * num_edges * a.heads * a.head_dim
     return flop / 1e9
 
@@ -231,7 +238,7 @@ def run_config(cfg: Dict) -> Dict:
         out["edge_time"] = time.perf_counter() - t0
         M = lifted.g.size(0)
         h = torch.randn(M, d, generator=gen, requires_grad=True)
-        layer = LieSelfAttention(d, d, G, H, kernel_dim=16, kernel_layers=3)
+        layer = LieSelfAttention(d, d, G, H, kernel_dim=16, kernel_layers=3, kernel_per_head=True)
         if cfg["impl"] == "sparse":
             def step():
                 layer(h, ei, lifted.g).sum().backward()
@@ -452,7 +459,7 @@ def format_tables(results: List[Dict], args) -> str:
              f"during forward+backward (MB), fresh subprocess per row", ""]
     sweep = [r for r in results if r["impl"] in SWEEP_IMPLS]
     if sweep:
-        lines += ["### one LieSelfAttention layer (SE2, dim %d, %d heads, location MLP 16-16), forward+backward"
+        lines += ["### one LieSelfAttention layer (SE2, dim %d, %d heads, location MLP 16-16 per head), forward+backward"
                   % (args.dim, args.heads), "",
                   "| K | N | lifted nodes | edges | sparse ms | sparse MB | dense ms | dense MB | "
                   "dense/sparse | TransformerConv ms | TransformerConv MB |", "|" + "---|" * 11]

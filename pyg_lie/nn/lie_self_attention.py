@@ -16,8 +16,10 @@ Options (names of the paper's Appendix E):
   ``W_1 W^Q f_i + W_2 W^K f_j`` on nodes, so it costs nothing per edge).
 * location ``k_l``: ``"mlp"``, an MLP (``kernel_layers`` layers of width
   ``kernel_dim``, SiLU) on ``vee(log(g_i^{-1} g_j))`` concatenated with the orbit
-  invariants of both ends (``invariants``, e.g. the radius for SO(n)); or
-  ``"identity"``, those coordinates themselves (only with ``combine="mlp"``).
+  invariants of both ends (``invariants``, e.g. the radius for SO(n)), shared by the
+  heads (one output per head) or, with ``kernel_per_head=True``, one MLP per head as in
+  the official code (``H`` times the work); or ``"identity"``, those coordinates
+  themselves (only with ``combine="mlp"``).
 * combination ``F``: ``"additive"`` ``k_c + k_l``, ``"multiplicative"``
   ``k_c k_l``, ``"mlp"`` ``MLP([k_c ; k_l])`` (then ``k_c`` and ``k_l`` may be
   vectors).
@@ -43,7 +45,7 @@ from torch_geometric.nn import MessagePassing
 from .._checks import nonnegative_int, positive_int, probability
 from ..groups import LieGroup, get_group
 from ..groups.base import _is_compiling
-from ._edge_mlp import edge_mlp
+from ._edge_mlp import HeadwiseMLP, edge_mlp
 from ._sparse_ops import CSRStructure, csr_aggregate, csr_scores, to_edge_order
 from .attention_core import edge_attention
 
@@ -84,6 +86,10 @@ class LieSelfAttention(MessagePassing):
         content, location, combine, normalization: see the module docstring.
         kernel_dim: width of the location MLP (the paper's "kernel dimension").
         kernel_layers: number of linear maps of the location MLP.
+        kernel_per_head: one location MLP per head (``in -> kernel_dim -> ... -> 1``,
+            the official code's ``MultiheadWeightNet``) instead of one shared MLP with
+            ``H`` outputs; needs ``location="mlp"`` and ``combine`` ``"additive"`` or
+            ``"multiplicative"``.
         invariant_dim: number ``k`` of orbit invariants per node passed in
             ``invariants`` (0 when the group acts transitively).
         dropout: dropout on the attention weights (training only).
@@ -106,7 +112,7 @@ class LieSelfAttention(MessagePassing):
                  group: Union[str, LieGroup] = "SE2", heads: int = 4, *,
                  content: str = "dot_product", location: str = "mlp", combine: str = "additive",
                  normalization: str = "softmax", kernel_dim: int = 16, kernel_layers: int = 3,
-                 invariant_dim: int = 0, dropout: float = 0.0, bias: bool = True,
+                 kernel_per_head: bool = False, invariant_dim: int = 0, dropout: float = 0.0, bias: bool = True,
                  fused: Union[bool, str] = "auto", **kwargs):
         kwargs.setdefault("aggr", "sum")
         super().__init__(node_dim=0, **kwargs)
@@ -126,6 +132,13 @@ class LieSelfAttention(MessagePassing):
         if self.location == "identity" and self.combine != "mlp":
             raise ValueError("location='identity' gives a vector k_l, which needs combine='mlp'")
         self.kernel_dim, self.kernel_layers = kernel_dim, kernel_layers
+        if not isinstance(kernel_per_head, bool):
+            raise ValueError(f"kernel_per_head must be True or False, got {kernel_per_head!r}")
+        if kernel_per_head and (self.location != "mlp" or self.combine == "mlp"):
+            raise ValueError("kernel_per_head=True needs location='mlp' and combine 'additive' or "
+                             f"'multiplicative' (one scalar per head), got location={self.location!r}, "
+                             f"combine={self.combine!r}")
+        self.kernel_per_head = kernel_per_head
         self.invariant_dim = nonnegative_int("invariant_dim", invariant_dim)
         self.dropout = probability("dropout", dropout)
         if fused not in (True, False, "auto"):
@@ -151,7 +164,8 @@ class LieSelfAttention(MessagePassing):
         self.loc_in = self.group.dim + 2 * self.invariant_dim
         if self.location == "mlp":
             self.location_dim = kernel_dim if self.combine == "mlp" else H
-            self.loc_mlp = _mlp(self.loc_in, kernel_dim, self.location_dim, kernel_layers)
+            self.loc_mlp = (HeadwiseMLP(self.loc_in, kernel_dim, H, kernel_layers) if kernel_per_head
+                            else _mlp(self.loc_in, kernel_dim, self.location_dim, kernel_layers))
         else:
             self.location_dim = self.loc_in
             self.loc_mlp = None
@@ -164,7 +178,7 @@ class LieSelfAttention(MessagePassing):
     def reset_parameters(self) -> None:
         super().reset_parameters()
         for mod in self.modules():
-            if isinstance(mod, Linear):
+            if isinstance(mod, (Linear, HeadwiseMLP)):
                 mod.reset_parameters()
 
     # ----------------------------------------------------------------- forward
@@ -291,4 +305,5 @@ class LieSelfAttention(MessagePassing):
         return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
                 f"group={self.group.name}, heads={self.heads}, content={self.content!r}, "
                 f"location={self.location!r}, combine={self.combine!r}, "
-                f"normalization={self.normalization!r})")
+                f"normalization={self.normalization!r}"
+                f"{', kernel_per_head=True' if self.kernel_per_head else ''})")

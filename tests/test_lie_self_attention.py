@@ -387,6 +387,26 @@ def test_benchmark_compiled_model_row_and_table():
     assert "| 0.030 | 1.50 | 0.010 | 0.50 |" in table
 
 
+def test_benchmark_model_is_the_official_architecture(monkeypatch):
+    """The full-model rows build one location MLP per head, as the official code; the
+    ``--shared-kernel`` rows the library's default shared MLP."""
+    import pyg_lie.models.lie_transformer as lt
+    from pyg_lie.benchmarks.lie_self_attention import run_config
+    built = []
+    original = lt.LieTransformer
+
+    def record(*args, **kwargs):
+        model = original(*args, **kwargs)
+        built.append(type(model.blocks[0].attn.loc_mlp).__name__)
+        return model
+    monkeypatch.setattr(lt, "LieTransformer", record)
+    cfg = dict(name="T2 32x32 d128 L4 all", group="T2", K=1, N=6, clouds=2, dim=8, heads=2, layers=1,
+               degree=None, repeats=1, threads=1)
+    for impl in ("model", "model-shared", "pointwise"):
+        assert run_config(dict(cfg, impl=impl))["time"] > 0
+    assert built == ["HeadwiseMLP", "Sequential", "HeadwiseMLP"]
+
+
 def test_compiled_block_dynamic_shapes_on_complete_clouds():
     """Complete clouds with a changing number of clouds under torch.compile(dynamic=True):
     the batched products and the dense softmax operator trace with symbolic sizes and give

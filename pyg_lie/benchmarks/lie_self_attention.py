@@ -68,6 +68,10 @@ SWEEP_IMPLS = ("sparse", "dense", "transformerconv")
 MODEL_VARIANTS = {
     "model-compiled": ("compiled", "the same model with every block under torch.compile (inductor), after "
                                    "compilation; compiled / eager < 1 means compiling pays."),
+    "model-shared": ("shared kernel", "the library's default location kernel: one MLP with an output per head "
+                                      "instead of the official one MLP per head (about a quarter of the "
+                                      "location-MLP work); another architecture, so not a like-for-like "
+                                      "comparison with the official figures."),
     "model-bf16": ("bf16 autocast", "the same model under torch.autocast('cpu', torch.bfloat16) (the fused "
                                     "kernels stay in float32); not comparable with the official float32 figures."),
 }
@@ -196,8 +200,9 @@ def run_config(cfg: Dict) -> Dict:
     t0 = time.perf_counter()
     if cfg["impl"] in ("model", *MODEL_VARIANTS):
         from ..models.lie_transformer import LieTransformer
+        arch = dict(OFFICIAL_ARCH, kernel_per_head=cfg["impl"] != "model-shared")
         model = LieTransformer(G, 1, d, 1, num_layers=cfg["layers"], heads=H, lift_samples=K, radius=radius,
-                               **OFFICIAL_ARCH)
+                               **arch)
         if cfg["impl"] == "model-compiled":  # blocks compiled one by one (the lift and graph stay eager)
             # fresh caches per configuration: otherwise the shapes of the previous configuration
             # make dynamo recompile with dynamic shapes, whose kernels are slower (SE2 K4 32x32:
@@ -363,6 +368,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also time the official configurations with every block under torch.compile")
     p.add_argument("--amp", action="store_true",
                    help="also time the official configurations under bfloat16 autocast")
+    p.add_argument("--shared-kernel", action="store_true",
+                   help="also time the official configurations with the library's default shared location "
+                        "MLP (one output per head) instead of the official one MLP per head")
     p.add_argument("--out", default="runs/bench_lie_self_attention")
 
 
@@ -408,6 +416,8 @@ def main(args) -> int:
             jobs += [dict(c, impl="model-compiled") for c in official]
         if args.amp:
             jobs += [dict(c, impl="model-bf16") for c in official]
+        if args.shared_kernel:
+            jobs += [dict(c, impl="model-shared") for c in official]
     groups: Dict[str, List[Dict]] = {}
     for cfg in jobs:  # one subprocess per implementation, configurations in increasing size
         groups.setdefault(cfg["impl"], []).append(cfg)

@@ -284,8 +284,10 @@ def _headwise_chunked_backward(grad_out: Tensor, x: Tensor, params: Sequence[Ten
     """``[d/dx (empty unless need_x), d/dW_1, d/db_1, ...]`` for ``grad_out (H, E)``."""
     n, E = len(params) // 2, x.shape[0]
     pre, act, g_act, g_pre = (_headwise_buffers(x, params, min(chunk, E)) for _ in range(4))
+    H = params[0].shape[0]
     gx = torch.zeros_like(x) if need_x else x.new_empty(0)
     gw = [torch.zeros_like(p) for p in params[0::2]]
+    gw[0] = gw[0].transpose(1, 2).contiguous()  # the first layer accumulates W^T (see below)
     gb = [torch.zeros_like(p) for p in params[1::2]]
     for s in range(0, E, chunk):
         r = min(chunk, E - s)
@@ -296,8 +298,10 @@ def _headwise_chunked_backward(grad_out: Tensor, x: Tensor, params: Sequence[Ten
         for i in reversed(range(n)):
             if i < n - 1:
                 g = torch.ops.aten.silu_backward.grad_input(g, z[i], grad_input=g_pre[i][:, :r])
-            a_in = a[i - 1] if i else xs.expand(params[0].shape[0], r, xs.shape[1])
-            gw[i].baddbmm_(g.transpose(1, 2), a_in)
+            if i:
+                gw[i].baddbmm_(g.transpose(1, 2), a[i - 1])
+            else:  # x^T g, (H, in, width): 4x faster than g^T x for in = 2 (24 vs 105 us)
+                gw[0].baddbmm_(xs.t().expand(H, xs.shape[1], r), g)
             gb[i].add_(g.sum(1))
             if i:
                 if g.shape[-1] == 1:  # from the output layer: an outer product
@@ -306,6 +310,7 @@ def _headwise_chunked_backward(grad_out: Tensor, x: Tensor, params: Sequence[Ten
                     g = torch.bmm(g, params[2 * i], out=g_act[i - 1][:, :r])
             elif need_x:
                 gx[s:s + r] = torch.bmm(g, params[0]).sum(0)
+    gw[0] = gw[0].transpose(1, 2).contiguous()
     return [gx, *[t for wb in zip(gw, gb) for t in wb]]
 
 

@@ -159,6 +159,15 @@ def test_tiny_run_with_bf16_autocast(tmp_path):
         assert all(math.isfinite(float(r["train_loss"])) for r in csv.DictReader(f))
 
 
+def test_kernel_per_head_builds_and_trains_the_official_kernel():
+    """``--kernel-per-head`` builds one location MLP per head; the default, one shared MLP."""
+    args = _args(["--group", "SE2", "--hidden", "16", "--layers", "1", "--heads", "2", "--kernel-dim", "4",
+                  "--kernel-per-head"])
+    net = exp.build_model(args)
+    assert type(net.blocks[0].attn.loc_mlp).__name__ == "HeadwiseMLP"
+    assert type(exp.build_model(_args(["--group", "SE2"])).blocks[0].attn.loc_mlp).__name__ == "Sequential"
+
+
 def test_bad_option_value_is_a_one_line_error(capsys, monkeypatch):
     from pyg_lie.cli import TRACEBACK_ENV, main
     monkeypatch.delenv(TRACEBACK_ENV, raising=False)

@@ -243,7 +243,7 @@ def run_config(cfg: Dict) -> Dict:
         out["edge_time"] = time.perf_counter() - t0
         M = lifted.g.size(0)
         h = torch.randn(M, d, generator=gen, requires_grad=True)
-        layer = LieSelfAttention(d, d, G, H, kernel_dim=16, kernel_layers=3, kernel_per_head=True)
+        layer = LieSelfAttention(d, d, G, H, kernel_dim=16, kernel_layers=3)
         if cfg["impl"] == "sparse":
             def step():
                 layer(h, ei, lifted.g).sum().backward()
@@ -469,7 +469,7 @@ def format_tables(results: List[Dict], args) -> str:
              f"during forward+backward (MB), fresh subprocess per row", ""]
     sweep = [r for r in results if r["impl"] in SWEEP_IMPLS]
     if sweep:
-        lines += ["### one LieSelfAttention layer (SE2, dim %d, %d heads, location MLP 16-16 per head), forward+backward"
+        lines += ["### one LieSelfAttention layer (SE2, dim %d, %d heads, shared location MLP 16-16), forward+backward"
                   % (args.dim, args.heads), "",
                   "| K | N | lifted nodes | edges | sparse ms | sparse MB | dense ms | dense MB | "
                   "dense/sparse | TransformerConv ms | TransformerConv MB |", "|" + "---|" * 11]

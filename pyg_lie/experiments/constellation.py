@@ -54,6 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=nonnegative_int, default=10, help="LieTransformer blocks (paper: 10)")
     p.add_argument("--heads", type=positive_int, default=8, help="attention heads (paper: 8)")
     p.add_argument("--kernel-dim", type=positive_int, default=12, help="location-MLP width (paper: 12)")
+    p.add_argument("--kernel-per-head", action="store_true",
+                   help="one location MLP per head, as the official code (default: one shared MLP with an "
+                        "output per head, a quarter of the work)")
     p.add_argument("--mlp-ratio", type=float, default=1.0,
                    help="hidden width of each block's pointwise MLP / d_v (the official code: 1, "
                         "which gives the paper's ~1.05M parameters at d_v=128, 10 layers)")
@@ -142,7 +145,8 @@ def build_model(args) -> torch.nn.Module:
     net = LieTransformer(args.group, in_channels, args.hidden, 12, num_layers=args.layers, heads=args.heads,
                          lift_samples=args.lift_samples, radius=args.radius, lift=args.lift,
                          kernel_dim=args.kernel_dim, content=args.content, combine=args.combine,
-                         normalization=args.normalization, mlp_ratio=args.mlp_ratio, seed=args.seed)
+                         normalization=args.normalization, mlp_ratio=args.mlp_ratio, seed=args.seed,
+                         kernel_per_head=getattr(args, "kernel_per_head", False))
     return net if features == "constant" else DistanceFeatureModel(net, width)
 
 

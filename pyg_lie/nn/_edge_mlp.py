@@ -64,12 +64,21 @@ def _hidden_buffers(x: Tensor, params: Sequence[Tensor], rows: int) -> List[Tens
     return [x.new_empty(rows, params[2 * i].shape[0]) for i in range(len(params) // 2 - 1)]
 
 
-def _hidden(h: Tensor, params: Sequence[Tensor], act: List[Tensor], pre: Optional[List[Tensor]] = None) -> Tensor:
+def _linear_rows(b: Tensor, h: Tensor, W: Tensor, out: Tensor) -> None:
+    torch.addmm(b, h, W.t(), out=out)  # (rows, in) -> (rows, out)
+
+
+def _linear_heads(b: Tensor, h: Tensor, W: Tensor, out: Tensor) -> None:
+    torch.baddbmm(b.unsqueeze(1), h, W.transpose(1, 2), out=out)  # (H, rows, in) -> (H, rows, out)
+
+
+def _hidden(h: Tensor, params: Sequence[Tensor], act: List[Tensor], pre: Optional[List[Tensor]] = None,
+            linear=_linear_rows) -> Tensor:
     """The hidden layers of one block, written into ``act[i] = silu(z_i)`` and ``pre[i] = z_i``
     (``pre=None``: SiLU in place); returns the last linear map's input."""
     for i, a in enumerate(act):
         z = a if pre is None else pre[i]
-        torch.addmm(params[2 * i + 1], h, params[2 * i].t(), out=z)
+        linear(params[2 * i + 1], h, params[2 * i], z)
         if pre is None:
             F.silu(z, inplace=True)
         else:
@@ -147,9 +156,11 @@ def _edge_mlp_backward_op(grad_out: Tensor, x: Tensor, params: List[Tensor], chu
     return _chunked_backward(grad_out, x, params, chunk, need_x)
 
 
-@_edge_mlp_backward_op.register_fake
-def _(grad_out, x, params, chunk, need_x):
+def _backward_fake(grad_out, x, params, chunk, need_x):
     return [x.new_empty(x.shape if need_x else (0,)), *[torch.empty_like(p) for p in params]]
+
+
+_edge_mlp_backward_op.register_fake(_backward_fake)
 
 
 def _save(ctx, inputs, output) -> None:
@@ -157,19 +168,24 @@ def _save(ctx, inputs, output) -> None:
     ctx.save_for_backward(x, *params)
 
 
-def _edge_mlp_grad(ctx, grad_out: Tensor):
-    x, *params = ctx.saved_tensors
-    need_x, need_p = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-    if torch.is_grad_enabled():  # create_graph=True: differentiable recomputation
-        inputs = [t for t, need in zip([x, *params], [need_x, *need_p]) if need]
-        grads = iter(torch.autograd.grad(_forward(x, params), inputs, grad_out, create_graph=True))
-        gx = next(grads) if need_x else None
-        return gx, [next(grads) if need else None for need in need_p], None
-    gx, *gp = _edge_mlp_backward_op(grad_out, x, params, ctx.chunk, need_x)
-    return (gx if need_x else None), [g if need else None for g, need in zip(gp, need_p)], None
+def _autograd_rule(reference, backward_op):
+    """Backward of a chunked MLP operator ``op(x, params, chunk)``: its backward operator, or,
+    when a differentiable backward is asked for (``create_graph=True``), autograd through
+    ``reference(x, params)`` (the same values as the operator), so higher derivatives are exact."""
+    def grad(ctx, grad_out: Tensor):
+        x, *params = ctx.saved_tensors
+        need_x, need_p = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if torch.is_grad_enabled():
+            inputs = [t for t, need in zip([x, *params], [need_x, *need_p]) if need]
+            grads = iter(torch.autograd.grad(reference(x, params), inputs, grad_out, create_graph=True))
+            gx = next(grads) if need_x else None
+            return gx, [next(grads) if need else None for need in need_p], None
+        gx, *gp = backward_op(grad_out.contiguous(), x, params, ctx.chunk, need_x)
+        return (gx if need_x else None), [g if need else None for g, need in zip(gp, need_p)], None
+    return grad
 
 
-_edge_mlp_op.register_autograd(_edge_mlp_grad, setup_context=_save)
+_edge_mlp_op.register_autograd(_autograd_rule(_forward, _edge_mlp_backward_op), setup_context=_save)
 float32_under_autocast(_edge_mlp_op, _edge_mlp_backward_op)
 
 
@@ -247,17 +263,7 @@ def _headwise_hidden(x: Tensor, params: Sequence[Tensor], act: List[Tensor],
                      pre: Optional[List[Tensor]] = None) -> Tensor:
     """Hidden layers of one block, heads leading: ``act[i] (H, r, width)``; returns the last
     layer's input (``x`` broadcast over heads when there is no hidden layer)."""
-    H, r = params[0].shape[0], x.shape[0]
-    h = x.expand(H, r, x.shape[1])
-    for i, a in enumerate(act):
-        z = a if pre is None else pre[i]
-        torch.baddbmm(params[2 * i + 1].unsqueeze(1), h, params[2 * i].transpose(1, 2), out=z)
-        if pre is None:
-            F.silu(z, inplace=True)
-        else:
-            torch.ops.aten.silu.out(z, out=a)
-        h = a
-    return h
+    return _hidden(x.expand(params[0].shape[0], *x.shape), params, act, pre, linear=_linear_heads)
 
 
 def _headwise_buffers(x: Tensor, params: Sequence[Tensor], rows: int) -> List[Tensor]:
@@ -330,23 +336,7 @@ def _headwise_backward_op(grad_out: Tensor, x: Tensor, params: List[Tensor], chu
     return _headwise_chunked_backward(grad_out, x, params, chunk, need_x)
 
 
-@_headwise_backward_op.register_fake
-def _(grad_out, x, params, chunk, need_x):
-    return [x.new_empty(x.shape if need_x else (0,)), *[torch.empty_like(p) for p in params]]
-
-
-def _headwise_grad(ctx, grad_out: Tensor):
-    x, *params = ctx.saved_tensors
-    need_x, need_p = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-    if torch.is_grad_enabled():  # create_graph=True: differentiable recomputation
-        inputs = [t for t, need in zip([x, *params], [need_x, *need_p]) if need]
-        y = _headwise_forward(x, params).t()
-        grads = iter(torch.autograd.grad(y, inputs, grad_out, create_graph=True))
-        gx = next(grads) if need_x else None
-        return gx, [next(grads) if need else None for need in need_p], None
-    gx, *gp = _headwise_backward_op(grad_out.contiguous(), x, params, ctx.chunk, need_x)
-    return (gx if need_x else None), [g if need else None for g, need in zip(gp, need_p)], None
-
-
-_headwise_op.register_autograd(_headwise_grad, setup_context=_save)
+_headwise_backward_op.register_fake(_backward_fake)
+_headwise_op.register_autograd(_autograd_rule(lambda x, p: _headwise_forward(x, p).t(), _headwise_backward_op),
+                               setup_context=_save)
 float32_under_autocast(_headwise_op, _headwise_backward_op)

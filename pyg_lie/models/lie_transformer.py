@@ -62,7 +62,7 @@ class LieTransformer(Module):
         head_layers: linear maps of the output MLP after pooling.
         seed: seed of the evaluation-mode Haar lift and subsampling.
         **attention_kwargs: ``content``, ``location``, ``combine``,
-            ``normalization``, ``kernel_dim``, ``kernel_layers``, ``mlp_ratio``,
+            ``normalization``, ``kernel_dim``, ``kernel_layers``, ``kernel_per_head``, ``mlp_ratio``,
             ``dropout`` (see :class:`~pyg_lie.nn.LieSelfAttention`).
     """
 

@@ -17,6 +17,10 @@ small inputs, other layer types) the module runs as is. Its forward and backward
 kernels are custom operators (``torch.ops.pyg_lie.edge_mlp`` and
 ``edge_mlp_backward``), so ``torch.compile`` calls them as they are: traced,
 the MLP would lose its chunking and store every activation again.
+
+:class:`HeadwiseMLP` (one MLP per head, the official LieTransformer's location kernel)
+runs the same scheme with the heads leading (``pyg_lie.headwise_edge_mlp`` and
+``headwise_edge_mlp_backward``).
 """
 from __future__ import annotations
 

@@ -21,7 +21,8 @@ also with every block under ``torch.compile`` (compilation timed apart). Beside 
 configuration, two bounds on the speed-up any implementation can reach on the machine: the
 per-node work timed alone (``pointwise``), and the blocks' matrix products
 (:func:`matmul_gflop`) at the best fp32 matrix-product rate measured in the same run
-(:func:`peak_gemm_gflops`). ``--amp`` adds the model under bfloat16 autocast.
+(:func:`peak_gemm_gflops`). ``--amp`` adds the model under bfloat16 autocast,
+``--shared-kernel`` the library's default shared location MLP.
 
 Every configuration is run twice, in separate subprocesses: once for time with
 the default allocator (what users get), once for memory. Peak memory: each
@@ -64,7 +65,8 @@ OFFICIAL_ARCH = dict(kernel_dim=16, kernel_layers=3, kernel_per_head=True, mlp_r
 #: the implementations of the one-layer sweep (the rest time the full model)
 SWEEP_IMPLS = ("sparse", "dense", "transformerconv")
 
-#: the full model run otherwise (``--compile``, ``--amp``): table heading and explanation
+#: the full model run otherwise (``--compile``, ``--shared-kernel``, ``--amp``): table heading and
+#: explanation
 MODEL_VARIANTS = {
     "model-compiled": ("compiled", "the same model with every block under torch.compile (inductor), after "
                                    "compilation; compiled / eager < 1 means compiling pays."),

@@ -7,27 +7,27 @@ from __future__ import annotations
 
 import argparse
 
+from .. import _checks
+
 __all__ = ["positive_int", "nonnegative_int"]
 
 
-def _int(text: str, low: int, what: str) -> int:
+def _parse(text: str, check, what: str) -> int:
+    """``check`` (the library's own integer check) on ``int(text)``, as an argparse error."""
     try:
-        value = int(text)
+        return check("value", int(text))
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
-    if value < low:
-        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
-    return value
 
 
 def positive_int(text: str) -> int:
     """An integer >= 1."""
-    return _int(text, 1, "a positive integer")
+    return _parse(text, _checks.positive_int, "a positive integer")
 
 
 def nonnegative_int(text: str) -> int:
     """An integer >= 0."""
-    return _int(text, 0, "an integer >= 0")
+    return _parse(text, _checks.nonnegative_int, "an integer >= 0")
 
 
 # argparse names the type in its messages by the function's __name__

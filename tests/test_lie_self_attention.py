@@ -389,7 +389,8 @@ def test_benchmark_compiled_model_row_and_table():
 
 def test_benchmark_model_is_the_official_architecture(monkeypatch):
     """The full-model rows build one location MLP per head, as the official code; the
-    ``--shared-kernel`` rows the library's default shared MLP."""
+    ``--shared-kernel`` rows the library's default shared MLP; ``--torch-kernels`` rows run the
+    per-head MLP without the native kernel."""
     import pyg_lie.models.lie_transformer as lt
     from pyg_lie.benchmarks.lie_self_attention import run_config
     built = []
@@ -402,9 +403,14 @@ def test_benchmark_model_is_the_official_architecture(monkeypatch):
     monkeypatch.setattr(lt, "LieTransformer", record)
     cfg = dict(name="T2 32x32 d128 L4 all", group="T2", K=1, N=6, clouds=2, dim=8, heads=2, layers=1,
                degree=None, repeats=1, threads=1)
-    for impl in ("model", "model-shared", "pointwise"):
-        assert run_config(dict(cfg, impl=impl))["time"] > 0
-    assert built == ["HeadwiseMLP", "Sequential", "HeadwiseMLP"]
+    monkeypatch.setenv("PYG_LIE_NATIVE", "1")  # restored after the test: model-torch sets it to 0
+    native = {}
+    for impl in ("model", "model-shared", "pointwise", "model-torch"):
+        r = run_config(dict(cfg, impl=impl))
+        assert r["time"] > 0
+        native[impl] = r.get("native")
+    assert built == ["HeadwiseMLP", "Sequential", "HeadwiseMLP", "HeadwiseMLP"]
+    assert native["model"] is True and native["model-torch"] is False
 
 
 def test_compiled_block_dynamic_shapes_on_complete_clouds():

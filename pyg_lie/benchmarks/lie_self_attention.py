@@ -22,7 +22,8 @@ configuration, two bounds on the speed-up any implementation can reach on the ma
 per-node work timed alone (``pointwise``), and the blocks' matrix products
 (:func:`matmul_gflop`) at the best fp32 matrix-product rate measured in the same run
 (:func:`peak_gemm_gflops`). ``--amp`` adds the model under bfloat16 autocast,
-``--shared-kernel`` the library's default shared location MLP.
+``--shared-kernel`` the library's default shared location MLP, ``--torch-kernels`` the
+per-head MLP on the torch kernels instead of the native C kernel.
 
 Every configuration is run twice, in separate subprocesses: once for time with
 the default allocator (what users get), once for memory. Peak memory: each
@@ -65,8 +66,8 @@ OFFICIAL_ARCH = dict(kernel_dim=16, kernel_layers=3, kernel_per_head=True, mlp_r
 #: the implementations of the one-layer sweep (the rest time the full model)
 SWEEP_IMPLS = ("sparse", "dense", "transformerconv")
 
-#: the full model run otherwise (``--compile``, ``--shared-kernel``, ``--amp``): table heading and
-#: explanation
+#: the full model run otherwise (``--compile``, ``--shared-kernel``, ``--torch-kernels``, ``--amp``):
+#: table heading and explanation
 MODEL_VARIANTS = {
     "model-compiled": ("compiled", "the same model with every block under torch.compile (inductor), after "
                                    "compilation; compiled / eager < 1 means compiling pays."),
@@ -74,6 +75,9 @@ MODEL_VARIANTS = {
                                       "instead of the official one MLP per head (about a quarter of the "
                                       "location-MLP work); another architecture, so not a like-for-like "
                                       "comparison with the official figures."),
+    "model-torch": ("torch MLP kernels", "the same model with the per-head location MLP on the chunked torch "
+                                         "kernels instead of the native C kernel (PYG_LIE_NATIVE=0), the "
+                                         "library's fallback without a C compiler."),
     "model-bf16": ("bf16 autocast", "the same model under torch.autocast('cpu', torch.bfloat16) (the fused "
                                     "kernels stay in float32); not comparable with the official float32 figures."),
 }
@@ -202,6 +206,10 @@ def run_config(cfg: Dict) -> Dict:
     t0 = time.perf_counter()
     if cfg["impl"] in ("model", *MODEL_VARIANTS):
         from ..models.lie_transformer import LieTransformer
+        from ..nn import _native
+        if cfg["impl"] == "model-torch":  # this subprocess only
+            os.environ["PYG_LIE_NATIVE"] = "0"
+        out["native"] = _native.available()
         arch = dict(OFFICIAL_ARCH, kernel_per_head=cfg["impl"] != "model-shared")
         model = LieTransformer(G, 1, d, 1, num_layers=cfg["layers"], heads=H, lift_samples=K, radius=radius,
                                **arch)
@@ -373,6 +381,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shared-kernel", action="store_true",
                    help="also time the official configurations with the library's default shared location "
                         "MLP (one output per head) instead of the official one MLP per head")
+    p.add_argument("--torch-kernels", action="store_true",
+                   help="also time the official configurations with the per-head MLP on the torch kernels "
+                        "instead of the native C kernel")
     p.add_argument("--out", default="runs/bench_lie_self_attention")
 
 
@@ -420,6 +431,8 @@ def main(args) -> int:
             jobs += [dict(c, impl="model-bf16") for c in official]
         if args.shared_kernel:
             jobs += [dict(c, impl="model-shared") for c in official]
+        if args.torch_kernels:
+            jobs += [dict(c, impl="model-torch") for c in official]
     groups: Dict[str, List[Dict]] = {}
     for cfg in jobs:  # one subprocess per implementation, configurations in increasing size
         groups.setdefault(cfg["impl"], []).append(cfg)

@@ -1,0 +1,175 @@
+"""Native CPU kernels, compiled on first use with the system's C compiler and loaded with ctypes.
+
+:func:`headwise_forward` / :func:`headwise_backward` run the fused per-head edge MLP of
+``headwise_mlp.c`` (float32, CPU). The shared library is built once per source, compiler
+flags and CPU into ``$PYG_LIE_CACHE`` (default ``$XDG_CACHE_HOME/pyg_lie`` or
+``~/.cache/pyg_lie``) with ``-O3 -march=native``; it needs only a C compiler (``$CC`` or
+``cc``), no PyTorch headers, and builds in about a second. Where no compiler works, a
+warning says why once and the callers fall back to their torch kernels (same values, slower).
+``PYG_LIE_NATIVE=0`` disables the native kernels.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = ["available", "headwise_supported", "headwise_forward", "headwise_backward", "library_path"]
+
+_SOURCE = Path(__file__).with_name("headwise_mlp.c")
+_FLAGS = ["-O3", "-fPIC", "-shared", "-pthread", "-fno-math-errno", "-std=gnu11"]
+#: limits compiled into headwise_mlp.c
+MAX_IN, MAX_HIDDEN, MAX_LAYERS = 16, 32, 4
+
+_lock = threading.Lock()
+_lib: Optional[ctypes.CDLL] = None
+_failed: Optional[str] = None
+
+
+def _cache_dir() -> Path:
+    if os.environ.get("PYG_LIE_CACHE"):
+        return Path(os.environ["PYG_LIE_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pyg_lie"
+
+
+def _cpu_id() -> str:
+    """What ``-march=native`` depends on: the CPU's model and flags."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return "".join(sorted({line for line in f if line.startswith(("model name", "flags"))}))
+    except OSError:
+        import platform
+        return platform.processor() + platform.machine()
+
+
+def _build(cc: List[str], target: Path) -> Optional[str]:
+    """Compile into ``target`` (atomically: concurrent processes may build the same file);
+    returns the error text, or None."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    err = ""
+    try:
+        for arch in (["-march=native"], []):  # some compilers/targets reject -march=native
+            r = subprocess.run([*cc, *_FLAGS, *arch, "-o", tmp, str(_SOURCE)], capture_output=True, text=True)
+            if r.returncode == 0:
+                os.replace(tmp, target)
+                return None
+            err = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit status {r.returncode}"
+        return err
+    except OSError as e:  # no compiler
+        return str(e)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def library_path() -> Path:
+    """Where the compiled kernels for this source, compiler and CPU live."""
+    cc = shlex.split(os.environ.get("CC", "cc"))
+    key = hashlib.sha256(b"\0".join([_SOURCE.read_bytes(), " ".join(cc + _FLAGS).encode(),
+                                     _cpu_id().encode(), sys.platform.encode()])).hexdigest()[:16]
+    return _cache_dir() / f"headwise_mlp-{key}.so"
+
+
+def _load() -> Optional[ctypes.CDLL]:
+    global _lib, _failed
+    if _lib is not None or _failed is not None:
+        return _lib
+    with _lock:
+        if _lib is not None or _failed is not None:
+            return _lib
+        path = library_path()
+        err = None if path.exists() else _build(shlex.split(os.environ.get("CC", "cc")), path)
+        if err is None:
+            try:
+                lib = ctypes.CDLL(str(path))
+            except OSError as e:
+                err = str(e)
+        if err is not None:
+            _failed = err
+            warnings.warn(f"pyg_lie: could not build the native per-head MLP kernel ({err}); using the "
+                          f"slower torch kernels. Set CC to a working C compiler, or PYG_LIE_NATIVE=0 to "
+                          f"silence this.", RuntimeWarning, stacklevel=3)
+            return None
+        ptrs = ctypes.POINTER(ctypes.c_void_p)
+        common = [ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                  ptrs, ptrs]
+        lib.headwise_mlp_forward.argtypes = [*common, ctypes.c_void_p, ctypes.c_int]
+        lib.headwise_mlp_backward.argtypes = [*common, ctypes.c_void_p, ctypes.c_void_p, ptrs, ptrs, ctypes.c_int]
+        lib.headwise_mlp_forward.restype = lib.headwise_mlp_backward.restype = ctypes.c_int
+        _lib = lib
+        return lib
+
+
+def available() -> bool:
+    """True if the native kernels are enabled (``PYG_LIE_NATIVE`` is not ``0``) and built."""
+    return os.environ.get("PYG_LIE_NATIVE", "1") != "0" and _load() is not None
+
+
+def headwise_supported(x: Tensor, params: Sequence[Tensor]) -> bool:
+    """True if the native kernel handles ``x (E, in)`` and :class:`HeadwiseMLP` parameters
+    ``[W_0 (H, K, in), b_0 (H, K), ..., W_L (H, 1, K), b_L (H, 1)]``."""
+    if x.device.type != "cpu" or x.dtype != torch.float32 or x.dim() != 2 or x.shape[0] == 0:
+        return False
+    if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in params):
+        return False
+    H, K, n_in = params[0].shape
+    layers = len(params) // 2 - 1
+    return 1 <= layers <= MAX_LAYERS and K <= MAX_HIDDEN and n_in <= MAX_IN and available()
+
+
+def _pointers(ts: Sequence[Tensor]):
+    return (ctypes.c_void_p * len(ts))(*[t.data_ptr() for t in ts])
+
+
+def _library() -> ctypes.CDLL:
+    lib = _load()
+    if lib is None:
+        raise RuntimeError(f"pyg_lie native kernels unavailable: {_failed}")
+    return lib
+
+
+def _check(rc: int, what: str) -> None:
+    if rc:
+        raise RuntimeError(f"pyg_lie native {what} failed ({'unsupported sizes' if rc == 1 else 'out of memory'})")
+
+
+def headwise_forward(x: Tensor, params: Sequence[Tensor]) -> Tensor:
+    """``(H, E)`` outputs of the per-head MLPs (see :func:`headwise_supported`)."""
+    x = x.contiguous()
+    params = [p.detach().contiguous() for p in params]
+    H, K, n_in = params[0].shape
+    out = x.new_empty(H, x.shape[0])
+    rc = _library().headwise_mlp_forward(x.shape[0], n_in, K, len(params) // 2 - 1, H, x.data_ptr(),
+                                            _pointers(params[0::2]), _pointers(params[1::2]), out.data_ptr(),
+                                   torch.get_num_threads())
+    _check(rc, "forward")
+    return out
+
+
+def headwise_backward(grad_out: Tensor, x: Tensor, params: Sequence[Tensor], need_x: bool) -> List[Tensor]:
+    """``[d/dx (empty unless need_x), d/dW_0, d/db_0, ...]`` for ``grad_out (H, E)``."""
+    x, grad_out = x.contiguous(), grad_out.contiguous()
+    params = [p.detach().contiguous() for p in params]
+    H, K, n_in = params[0].shape
+    gx = torch.zeros_like(x) if need_x else x.new_empty(0)
+    gp = [torch.zeros_like(p) for p in params]
+    rc = _library().headwise_mlp_backward(x.shape[0], n_in, K, len(params) // 2 - 1, H, x.data_ptr(),
+                                    _pointers(params[0::2]), _pointers(params[1::2]), grad_out.data_ptr(),
+                                    gx.data_ptr() if need_x else None, _pointers(gp[0::2]), _pointers(gp[1::2]),
+                                    torch.get_num_threads())
+    _check(rc, "backward")
+    return [gx, *gp]

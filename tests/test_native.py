@@ -1,0 +1,174 @@
+"""The native (C) per-head MLP kernel against the float64 torch formulation."""
+import warnings
+
+import pytest
+import torch
+
+from pyg_lie.nn import _native
+from pyg_lie.nn._edge_mlp import HeadwiseMLP, _headwise_chunked_forward, _headwise_forward, edge_mlp
+
+
+def _reference(x, params, g):
+    """Float64 outputs ``(H, E)`` and gradients ``[d/dx, d/dW_0, d/db_0, ...]``."""
+    xd = x.detach().double().requires_grad_()
+    pd = [p.detach().double().requires_grad_() for p in params]
+    y = _headwise_forward(xd, pd).t()
+    return y.detach(), torch.autograd.grad(y, [xd, *pd], g.double())
+
+
+def _close(a, b, rel):
+    """``a`` (float32) equals ``b`` (float64) to ``rel`` of ``b``'s largest magnitude."""
+    scale = b.abs().max().clamp_min(1e-30)
+    err = (a.double() - b).abs().max() / scale
+    assert err <= rel, f"relative error {err:.2e} > {rel:.0e}"
+
+
+def test_native_kernel_builds_here():
+    # CI and the README's set-up have a C compiler: a silent fallback would hide a slow path
+    assert _native.available(), _native._failed
+    assert _native.library_path().exists()
+
+
+@pytest.mark.parametrize("E,n_in,hidden,heads,layers", [
+    (1, 2, 16, 4, 3),      # one edge: 15 padded lanes
+    (37, 3, 16, 4, 3),     # the LieTransformer's SE(2) kernel, ragged last block
+    (1000, 5, 7, 3, 4),    # hidden width not a multiple of 4, three hidden layers
+    (300, 1, 32, 2, 2),    # widest hidden layer, one input
+    (257, 16, 9, 1, 5),    # widest input, four hidden layers, one head
+])
+def test_native_matches_float64_reference(E, n_in, hidden, heads, layers):
+    torch.manual_seed(E)
+    m = HeadwiseMLP(n_in, hidden, heads, layers)
+    x = torch.randn(E, n_in) * 2
+    params = [p.detach() for p in m.params()]
+    assert _native.headwise_supported(x, params)
+    g = torch.randn(heads, E)
+    y_ref, grads_ref = _reference(x, params, g)
+    _close(_native.headwise_forward(x, params), y_ref, 1e-6)
+    grads = _native.headwise_backward(g, x, params, True)
+    assert len(grads) == len(grads_ref)
+    for a, b in zip(grads, grads_ref):
+        assert a.shape == b.shape and a.dtype == torch.float32
+        _close(a, b, 2e-6)
+    # without d/dx: the same parameter gradients, an empty first entry
+    no_x = _native.headwise_backward(g, x, params, False)
+    assert no_x[0].numel() == 0
+    for a, b in zip(no_x[1:], grads[1:]):
+        assert torch.equal(a, b)
+
+
+def test_native_threads_agree():
+    torch.manual_seed(1)
+    m = HeadwiseMLP(3, 16, 4, 3)
+    x, params, g = torch.randn(5003, 3), [p.detach() for p in m.params()], torch.randn(4, 5003)
+    n = torch.get_num_threads()
+    try:
+        res = []
+        for t in (1, 2, 3):
+            torch.set_num_threads(t)
+            res.append([_native.headwise_forward(x, params), *_native.headwise_backward(g, x, params, True)])
+    finally:
+        torch.set_num_threads(n)
+    for other in res[1:]:
+        assert torch.equal(other[0], res[0][0]) and torch.equal(other[1], res[0][1])  # per-edge values
+        for a, b in zip(other[2:], res[0][2:]):  # sums over edges, split differently
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def _silu_probe():
+    """``HeadwiseMLP(1, 1, 1, 2)`` set to ``y = silu(x)``."""
+    m = HeadwiseMLP(1, 1, 1, 2)
+    with torch.no_grad():
+        for w in m.weights:
+            w.fill_(1.0)
+        for b in m.biases:
+            b.zero_()
+    return [p.detach() for p in m.params()]
+
+
+def test_native_silu_to_float_precision_and_saturation():
+    params = _silu_probe()
+    z = torch.cat([torch.linspace(-120, 120, 20001), torch.tensor([0.0, -0.0, 1e-30, -1e-30, 87.3, 88.3, -87.3,
+                                                                   -88.3, 3e38, -3e38])])
+    x = z.unsqueeze(1)
+    y = _native.headwise_forward(x, params)[0]
+    (gx, *_) = _native.headwise_backward(torch.ones(1, len(z)), x, params, True)
+    zd = z.double()
+    ref = torch.nn.functional.silu(zd)
+    s = torch.sigmoid(zd)
+    dref = s * (1 + zd * (1 - s))
+    assert torch.isfinite(y).all() and torch.isfinite(gx).all()
+    # 4 float32 ulps of the value, and beyond z = -87 (sigmoid below float32's normal range)
+    # an absolute 1e-35
+    tol = 4 * 2.0 ** -23 * ref.abs() + 1e-35
+    assert ((y.double() - ref).abs() <= tol).all(), (y.double() - ref).abs().div(ref.abs() + 1e-35).max()
+    dtol = 4 * 2.0 ** -23 * dref.abs().clamp_min(1.0) * (1 + zd.abs().clamp_max(100) / 10) + 1e-35
+    assert ((gx[:, 0].double() - dref).abs() <= dtol).all()
+
+
+@pytest.mark.parametrize("sizes", [dict(n_in=17, hidden=4, layers=3), dict(n_in=2, hidden=33, layers=3),
+                                   dict(n_in=2, hidden=4, layers=6)])
+def test_unsupported_sizes_use_the_torch_kernels(sizes):
+    m = HeadwiseMLP(sizes["n_in"], sizes["hidden"], 2, sizes["layers"])
+    x = torch.randn(50, sizes["n_in"])
+    assert not _native.headwise_supported(x, m.params())
+    assert torch.allclose(edge_mlp(m, x, chunk=32), m(x), rtol=1e-5, atol=1e-6)
+
+
+def test_only_float32_cpu_is_native():
+    m = HeadwiseMLP(2, 4, 2, 3)
+    assert _native.headwise_supported(torch.randn(5, 2), m.params())
+    assert not _native.headwise_supported(torch.randn(5, 2, dtype=torch.float64), m.double().params())
+    assert not _native.headwise_supported(torch.randn(0, 2), m.float().params())
+
+
+def test_disabled_by_environment(monkeypatch):
+    m = HeadwiseMLP(2, 4, 2, 3)
+    monkeypatch.setenv("PYG_LIE_NATIVE", "0")
+    assert not _native.available()
+    x = torch.randn(40, 2)
+    assert not _native.headwise_supported(x, m.params())
+    assert torch.allclose(edge_mlp(m, x, chunk=16), m(x), rtol=1e-5, atol=1e-6)
+
+
+def test_failed_build_warns_once_and_falls_back(monkeypatch, tmp_path):
+    monkeypatch.setattr(_native, "_lib", None)
+    monkeypatch.setattr(_native, "_failed", None)
+    monkeypatch.setenv("PYG_LIE_CACHE", str(tmp_path))
+    monkeypatch.setenv("CC", "false")  # a "compiler" that always fails
+    m = HeadwiseMLP(2, 4, 2, 3)
+    x = torch.randn(40, 2)
+    with pytest.warns(RuntimeWarning, match="could not build the native per-head MLP kernel"):
+        assert not _native.available()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # only once
+        y = edge_mlp(m, x, chunk=16)
+    params = [p.detach() for p in m.params()]
+    assert torch.allclose(y.t(), _headwise_chunked_forward(x, params, 16), rtol=1e-6, atol=1e-7)
+    assert list(tmp_path.iterdir()) == []  # no half-written library left behind
+
+
+def test_edge_mlp_uses_the_native_kernel(monkeypatch):
+    calls = []
+    real = _native.headwise_forward
+    monkeypatch.setattr(_native, "headwise_forward", lambda *a: calls.append(1) or real(*a))
+    m = HeadwiseMLP(2, 16, 4, 3)
+    x = torch.randn(10, 2)
+    y = edge_mlp(m, x)
+    assert calls and torch.allclose(y, m(x), rtol=1e-5, atol=1e-6)
+
+
+def test_compiled_float32_matches_eager():
+    torch.manual_seed(3)
+    m = HeadwiseMLP(3, 16, 4, 3)
+    x = torch.randn(700, 3, requires_grad=True)
+
+    def grads(f):
+        y = f(x)
+        gs = torch.autograd.grad(y.square().sum(), [x, *m.parameters()])
+        return [y.detach(), *gs]
+
+    ref = grads(lambda t: edge_mlp(m, t))
+    got = grads(torch.compile(lambda t: edge_mlp(m, t), backend="aot_eager", fullgraph=True))
+    for a, b in zip(ref, got):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -13,16 +13,18 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
 fi
 
 # System packages through apt-get when missing: gfortran (escnn's py3nj is a Fortran
-# extension built from source) and Debian's Fashion-MNIST (real images for `pyg-lie train vit`).
+# extension built from source), gcc (pyg_lie's native kernels) and Debian's Fashion-MNIST
+# (real images for `pyg-lie train vit`).
 apt_pkgs=()
 command -v gfortran >/dev/null 2>&1 || apt_pkgs+=(gfortran)
+command -v cc >/dev/null 2>&1 || apt_pkgs+=(gcc)  # pyg_lie's native CPU kernels (built on first use)
 [ -d /usr/share/datasets/fashion-mnist ] || apt_pkgs+=(dataset-fashion-mnist)
 if [ ${#apt_pkgs[@]} -gt 0 ]; then
     if command -v apt-get >/dev/null 2>&1; then
         echo "[setup] apt-get install ${apt_pkgs[*]}"
         SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
         $SUDO apt-get update -qq || true
-        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq gfortran >/dev/null 2>&1 \
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq gfortran gcc >/dev/null 2>&1 \
             || command -v gfortran >/dev/null 2>&1 || { echo "[setup] could not install gfortran" >&2; exit 1; }
         DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq dataset-fashion-mnist >/dev/null 2>&1 \
             || echo "[setup] dataset-fashion-mnist unavailable: pyg-lie train vit falls back to synthetic images"

@@ -1,4 +1,5 @@
 """The native (C) per-head MLP kernel against the float64 torch formulation."""
+import os
 import warnings
 
 import pytest
@@ -27,6 +28,17 @@ def test_native_kernel_builds_here():
     # CI and the README's set-up have a C compiler: a silent fallback would hide a slow path
     assert _native.available(), _native._failed
     assert _native.library_path().exists()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads the loaded libraries from /proc")
+def test_native_threads_are_torchs_openmp_threads():
+    """Built with OpenMP, and the process holds one OpenMP runtime: the kernel's threads are
+    torch's intra-op threads, not a second pool competing with them."""
+    assert _native.uses_openmp()
+    torch.ones(1 << 20).sum()  # torch's runtime is in use
+    with open("/proc/self/maps") as f:
+        runtimes = {line.split()[-1] for line in f if "libgomp" in line or "libiomp" in line or "libomp" in line}
+    assert len(runtimes) == 1, runtimes
 
 
 @pytest.mark.parametrize("E,n_in,hidden,heads,layers", [

@@ -3,8 +3,11 @@
 :func:`headwise_forward` / :func:`headwise_backward` run the fused per-head edge MLP of
 ``headwise_mlp.c`` (float32, CPU). The shared library is built once per source, compiler
 flags and CPU into ``$PYG_LIE_CACHE`` (default ``$XDG_CACHE_HOME/pyg_lie`` or
-``~/.cache/pyg_lie``) with ``-O3 -march=native``; it needs only a C compiler (``$CC`` or
-``cc``), no PyTorch headers, and builds in about a second. Where no compiler works, a
+``~/.cache/pyg_lie``) with ``-O3 -march=native -fopenmp``; it needs only a C compiler
+(``$CC`` or ``cc``), no PyTorch headers, and builds in about a second. Its threads are
+torch's: the OpenMP runtime it links (``libgomp.so.1``) resolves, in a process that imported
+torch, to the copy torch loaded, so ``torch.set_num_threads`` applies and no second pool
+competes with torch's spinning workers. Where no compiler works, a
 warning says why once and the callers fall back to their torch kernels (same values, slower).
 ``PYG_LIE_NATIVE=0`` disables the native kernels.
 """
@@ -25,10 +28,14 @@ from typing import List, Optional, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["available", "headwise_supported", "headwise_forward", "headwise_backward", "library_path"]
+__all__ = ["available", "uses_openmp", "headwise_supported", "headwise_forward", "headwise_backward", "library_path"]
 
 _SOURCE = Path(__file__).with_name("headwise_mlp.c")
-_FLAGS = ["-O3", "-fPIC", "-shared", "-pthread", "-fno-math-errno", "-std=gnu11"]
+_FLAGS = ["-O3", "-fPIC", "-shared", "-fno-math-errno", "-std=gnu11"]
+#: tried in order: OpenMP (libgomp.so.1, which in a process with torch loaded is torch's own
+#: copy, so the kernels share torch's intra-op threads) with -march=native, then without
+#: -march=native (some compilers/targets reject it), then serial
+_VARIANTS = (["-fopenmp", "-march=native"], ["-fopenmp"], ["-march=native"], [])
 #: limits compiled into headwise_mlp.c
 MAX_IN, MAX_HIDDEN, MAX_LAYERS = 16, 32, 4
 
@@ -62,8 +69,8 @@ def _build(cc: List[str], target: Path) -> Optional[str]:
     os.close(fd)
     err = ""
     try:
-        for arch in (["-march=native"], []):  # some compilers/targets reject -march=native
-            r = subprocess.run([*cc, *_FLAGS, *arch, "-o", tmp, str(_SOURCE)], capture_output=True, text=True)
+        for variant in _VARIANTS:
+            r = subprocess.run([*cc, *_FLAGS, *variant, "-o", tmp, str(_SOURCE)], capture_output=True, text=True)
             if r.returncode == 0:
                 os.replace(tmp, target)
                 return None
@@ -79,7 +86,7 @@ def _build(cc: List[str], target: Path) -> Optional[str]:
 def library_path() -> Path:
     """Where the compiled kernels for this source, compiler and CPU live."""
     cc = shlex.split(os.environ.get("CC", "cc"))
-    key = hashlib.sha256(b"\0".join([_SOURCE.read_bytes(), " ".join(cc + _FLAGS).encode(),
+    key = hashlib.sha256(b"\0".join([_SOURCE.read_bytes(), repr((cc, _FLAGS, _VARIANTS)).encode(),
                                      _cpu_id().encode(), sys.platform.encode()])).hexdigest()[:16]
     return _cache_dir() / f"headwise_mlp-{key}.so"
 
@@ -110,6 +117,7 @@ def _load() -> Optional[ctypes.CDLL]:
         lib.headwise_mlp_forward.argtypes = [*common, ctypes.c_void_p, ctypes.c_int]
         lib.headwise_mlp_backward.argtypes = [*common, ctypes.c_void_p, ctypes.c_void_p, ptrs, ptrs, ctypes.c_int]
         lib.headwise_mlp_forward.restype = lib.headwise_mlp_backward.restype = ctypes.c_int
+        lib.headwise_mlp_openmp.argtypes, lib.headwise_mlp_openmp.restype = [], ctypes.c_int
         _lib = lib
         return lib
 
@@ -117,6 +125,11 @@ def _load() -> Optional[ctypes.CDLL]:
 def available() -> bool:
     """True if the native kernels are enabled (``PYG_LIE_NATIVE`` is not ``0``) and built."""
     return os.environ.get("PYG_LIE_NATIVE", "1") != "0" and _load() is not None
+
+
+def uses_openmp() -> bool:
+    """True if the kernels were built with OpenMP (multi-threaded), False if serial."""
+    return bool(_library().headwise_mlp_openmp())
 
 
 def headwise_supported(x: Tensor, params: Sequence[Tensor]) -> bool:

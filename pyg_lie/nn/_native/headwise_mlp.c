@@ -12,10 +12,9 @@
  * The sigmoid inside SiLU is written out (range reduction and a polynomial, see sigmoid()), so
  * that it costs about twenty vector instructions and no call.
  *
- * Threads: pthreads over contiguous edge ranges; each thread accumulates its own weight
- * gradients, summed by the caller's thread at the end. Built and loaded by _native/__init__.py.
+ * Threads: OpenMP over contiguous edge ranges (serial where built without it); each thread
+ * accumulates its own weight gradients, summed by the calling thread at the end. Built and loaded by _native/__init__.py.
  */
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -294,7 +293,7 @@ static int64_t param_size(int m, int in, int hidden, int layers, int heads, int 
     return (int64_t)heads * out * (bias ? 1 : inp);
 }
 
-/* Returns 0 on success, 1 for unsupported sizes, 2 for out of memory or thread failure. */
+/* Returns 0 on success, 1 for unsupported sizes, 2 for out of memory. */
 static int run(job_t *base, int nthreads, int backward) {
     if (base->in < 1 || base->in > MAX_IN || base->hidden < 1 || base->hidden > MAX_HIDDEN ||
         base->layers < 1 || base->layers > MAX_LAYERS || base->heads < 1)
@@ -303,9 +302,7 @@ static int run(job_t *base, int nthreads, int backward) {
     if (nthreads > blocks) nthreads = (int)blocks;
     if (nthreads < 1) nthreads = 1;
     job_t *jobs = calloc(nthreads, sizeof(job_t));
-    pthread_t *tid = calloc(nthreads, sizeof(pthread_t));
-    int err = !jobs || !tid;
-    int started = 0;
+    int err = !jobs;
     for (int t = 0; t < nthreads && !err; t++) {
         jobs[t] = *base;
         jobs[t].e0 = blocks * t / nthreads * BLOCK;
@@ -320,29 +317,27 @@ static int run(job_t *base, int nthreads, int backward) {
         }
     }
     void *(*worker)(void *) = backward ? backward_worker : forward_worker;
-    for (int t = 1; t < nthreads && !err; t++, started++)
-        if (pthread_create(&tid[t], NULL, worker, &jobs[t])) { err = 1; break; }
-    if (!err && worker(&jobs[0])) err = 1;
-    for (int t = 1; t <= started; t++) {
-        void *r;
-        pthread_join(tid[t], &r);
-        if (r) err = 1;
+    if (!err) {
+        /* OpenMP: in a process that has loaded torch, libgomp.so.1 is torch's own, so these are
+         * the threads of torch's intra-op pool (separate threads would compete with its spinning
+         * workers for the cores) */
+#pragma omp parallel for num_threads(nthreads) schedule(static, 1) reduction(| : err)
+        for (int t = 0; t < nthreads; t++) err |= worker(&jobs[t]) != NULL;
     }
     if (backward && jobs) {
         for (int t = 1; t < nthreads; t++)
             for (int m = 0; m <= base->layers; m++) {
                 int64_t nw = param_size(m, base->in, base->hidden, base->layers, base->heads, 0);
                 int64_t nb = param_size(m, base->in, base->hidden, base->layers, base->heads, 1);
-                if (!err)
+                if (!err && jobs[t].gW[m] && jobs[t].gb[m]) {
                     for (int64_t q = 0; q < nw; q++) base->gW[m][q] += jobs[t].gW[m][q];
-                if (!err)
                     for (int64_t q = 0; q < nb; q++) base->gb[m][q] += jobs[t].gb[m][q];
+                }
                 free(jobs[t].gW[m]);
                 free(jobs[t].gb[m]);
             }
     }
     free(jobs);
-    free(tid);
     return err ? 2 : 0;
 }
 
@@ -373,4 +368,13 @@ int headwise_mlp_backward(int64_t E, int in, int hidden, int layers, int heads, 
     if (layers >= 1 && layers <= MAX_LAYERS)
         for (int m = 0; m <= layers; m++) { j.gW[m] = gW[m]; j.gb[m] = gb[m]; }
     return run(&j, nthreads, 1);
+}
+
+/* 1 if built with OpenMP (threads from the OpenMP runtime), 0 if serial */
+int headwise_mlp_openmp(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
 }

@@ -7,13 +7,14 @@
  * streaming (H, rows, width) activations through separate matrix-product and SiLU kernels; here
  * a block of BLOCK edges goes through every layer of one head while its activations stay in
  * registers and L1, and the backward pass recomputes them per block. SIMD lanes run over edges
- * (GCC/Clang vector extensions, so any target compiles; -march=native picks the width).
+ * (GCC/Clang vector extensions of 8 floats, one AVX register; other targets split them).
  *
  * The sigmoid inside SiLU is written out (range reduction and a polynomial, see sigmoid()), so
  * that it costs about twenty vector instructions and no call.
  *
  * Threads: OpenMP over contiguous edge ranges (serial where built without it); each thread
- * accumulates its own weight gradients, summed by the calling thread at the end. Built and loaded by _native/__init__.py.
+ * accumulates its own weight gradients, summed by the calling thread at the end.
+ * Built and loaded by _native/__init__.py.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -97,6 +98,28 @@ static int64_t load_block(const job_t *j, int64_t e, block_t *B) {
     return n;
 }
 
+#define INLINE static inline __attribute__((always_inline))
+
+/* z -> sigmoid, SiLU into the block (z and s too when the backward pass needs them) */
+INLINE void activate(block_t *B, int m, int k, int v, vf z, int keep_z) {
+    vf s = sigmoid(z);
+    if (keep_z) { B->z[m][k][v] = z; B->s[m][k][v] = s; }
+    B->a[m][k][v] = z * s;
+}
+
+/* outputs k .. k + Q - 1 of hidden layer m >= 1 (Q = 4: eight independent FMA chains) */
+INLINE void hidden_rows(block_t *B, const float *W, const float *b, int K, int m, int k, const int Q,
+                        int keep_z) {
+    vf acc[4][NV];
+    for (int q = 0; q < Q; q++)
+        for (int v = 0; v < NV; v++) acc[q][v] = splat(b[k + q]);
+    for (int i = 0; i < K; i++)
+        for (int q = 0; q < Q; q++)
+            for (int v = 0; v < NV; v++) acc[q][v] += splat(W[(k + q) * K + i]) * B->a[m - 1][i][v];
+    for (int q = 0; q < Q; q++)
+        for (int v = 0; v < NV; v++) activate(B, m, k + q, v, acc[q][v], keep_z);
+}
+
 /* hidden layers of head h on one block; keep_z: store z and s for the backward pass */
 static void hidden_forward(const job_t *j, int h, block_t *B, int keep_z) {
     const int K = j->hidden, I = j->in;
@@ -106,41 +129,14 @@ static void hidden_forward(const job_t *j, int h, block_t *B, int keep_z) {
         for (int v = 0; v < NV; v++) acc[v] = splat(b[k]);
         for (int i = 0; i < I; i++)
             for (int v = 0; v < NV; v++) acc[v] += splat(W[k * I + i]) * B->xt[i][v];
-        for (int v = 0; v < NV; v++) {
-            vf s = sigmoid(acc[v]);
-            if (keep_z) { B->z[0][k][v] = acc[v]; B->s[0][k][v] = s; }
-            B->a[0][k][v] = acc[v] * s;
-        }
+        for (int v = 0; v < NV; v++) activate(B, 0, k, v, acc[v], keep_z);
     }
     for (int m = 1; m < j->layers; m++) {
         W = j->W[m] + (int64_t)h * K * K;
         b = j->b[m] + (int64_t)h * K;
         int k = 0;
-        for (; k + 4 <= K; k += 4) { /* four outputs at a time: eight independent FMA chains */
-            vf acc[4][NV];
-            for (int q = 0; q < 4; q++)
-                for (int v = 0; v < NV; v++) acc[q][v] = splat(b[k + q]);
-            for (int i = 0; i < K; i++)
-                for (int q = 0; q < 4; q++)
-                    for (int v = 0; v < NV; v++) acc[q][v] += splat(W[(k + q) * K + i]) * B->a[m - 1][i][v];
-            for (int q = 0; q < 4; q++)
-                for (int v = 0; v < NV; v++) {
-                    vf s = sigmoid(acc[q][v]);
-                    if (keep_z) { B->z[m][k + q][v] = acc[q][v]; B->s[m][k + q][v] = s; }
-                    B->a[m][k + q][v] = acc[q][v] * s;
-                }
-        }
-        for (; k < K; k++) {
-            vf acc[NV];
-            for (int v = 0; v < NV; v++) acc[v] = splat(b[k]);
-            for (int i = 0; i < K; i++)
-                for (int v = 0; v < NV; v++) acc[v] += splat(W[k * K + i]) * B->a[m - 1][i][v];
-            for (int v = 0; v < NV; v++) {
-                vf s = sigmoid(acc[v]);
-                if (keep_z) { B->z[m][k][v] = acc[v]; B->s[m][k][v] = s; }
-                B->a[m][k][v] = acc[v] * s;
-            }
-        }
+        for (; k + 4 <= K; k += 4) hidden_rows(B, W, b, K, m, k, 4, keep_z);
+        for (; k < K; k++) hidden_rows(B, W, b, K, m, k, 1, keep_z);
     }
 }
 
@@ -180,6 +176,18 @@ typedef struct {
     vf gb[MAX_LAYERS + 1][MAX_HIDDEN];
     vf g[2][MAX_HIDDEN][NV];                        /* d/da (ping) and d/dz (pong) */
 } grad_t;
+
+/* ga[i .. i + Q - 1] = (W^T gz)[i .. i + Q - 1] for W (K, K) */
+INLINE void transposed_rows(const float *W, int K, int i, const int Q, vf (*gz)[NV], vf (*ga)[NV]) {
+    vf acc[4][NV];
+    for (int q = 0; q < Q; q++)
+        for (int v = 0; v < NV; v++) acc[q][v] = splat(0.0f);
+    for (int k = 0; k < K; k++)
+        for (int q = 0; q < Q; q++)
+            for (int v = 0; v < NV; v++) acc[q][v] += splat(W[k * K + i + q]) * gz[k][v];
+    for (int q = 0; q < Q; q++)
+        for (int v = 0; v < NV; v++) ga[i + q][v] = acc[q][v];
+}
 
 static float hsum(vf a) {
     float s = 0.0f;
@@ -238,19 +246,8 @@ static void *backward_worker(void *arg) {
                         }
                     /* d/da_{m-1} = W_m^T gz, four inputs at a time */
                     int i = 0;
-                    for (; i + 4 <= K; i += 4) {
-                        vf acc[4][NV] = {{{0}}};
-                        for (int k = 0; k < K; k++)
-                            for (int q = 0; q < 4; q++)
-                                for (int v = 0; v < NV; v++) acc[q][v] += splat(W[k * K + i + q]) * gz[k][v];
-                        memcpy(ga[i], acc, sizeof acc);
-                    }
-                    for (; i < K; i++) {
-                        vf acc[NV] = {0};
-                        for (int k = 0; k < K; k++)
-                            for (int v = 0; v < NV; v++) acc[v] += splat(W[k * K + i]) * gz[k][v];
-                        memcpy(ga[i], acc, sizeof acc);
-                    }
+                    for (; i + 4 <= K; i += 4) transposed_rows(W, K, i, 4, gz, ga);
+                    for (; i < K; i++) transposed_rows(W, K, i, 1, gz, ga);
                 } else {
                     const float *W = j->W[0] + (int64_t)h * K * I;
                     for (int k = 0; k < K; k++)

@@ -10,10 +10,10 @@ from pyg_lie.nn._edge_mlp import HeadwiseMLP, _headwise_chunked_forward, _headwi
 
 
 def _reference(x, params, g):
-    """Float64 outputs ``(H, E)`` and gradients ``[d/dx, d/dW_0, d/db_0, ...]``."""
+    """Float64 outputs ``(H O, E)`` and gradients ``[d/dx, d/dW_0, d/db_0, ...]``."""
     xd = x.detach().double().requires_grad_()
     pd = [p.detach().double().requires_grad_() for p in params]
-    y = _headwise_forward(xd, pd).t()
+    y = _headwise_forward(xd, pd).reshape(x.shape[0], -1).t()
     return y.detach(), torch.autograd.grad(y, [xd, *pd], g.double())
 
 
@@ -41,20 +41,23 @@ def test_native_threads_are_torchs_openmp_threads():
     assert len(runtimes) == 1, runtimes
 
 
-@pytest.mark.parametrize("E,n_in,hidden,heads,layers", [
-    (1, 2, 16, 4, 3),      # one edge: 15 padded lanes
-    (37, 3, 16, 4, 3),     # the LieTransformer's SE(2) kernel, ragged last block
-    (1000, 5, 7, 3, 4),    # hidden width not a multiple of 4, three hidden layers
-    (300, 1, 32, 2, 2),    # widest hidden layer, one input
-    (257, 16, 9, 1, 5),    # widest input, four hidden layers, one head
+@pytest.mark.parametrize("E,n_in,hidden,heads,layers,outs", [
+    (1, 2, 16, 4, 3, 1),      # one edge: 15 padded lanes
+    (37, 3, 16, 4, 3, 1),     # the LieTransformer's SE(2) kernel, ragged last block
+    (1000, 5, 7, 3, 4, 1),    # hidden width not a multiple of 4, three hidden layers
+    (300, 1, 32, 2, 2, 1),    # widest hidden layer, one input
+    (257, 16, 9, 1, 5, 1),    # widest input, four hidden layers, one head
+    (500, 3, 16, 1, 3, 4),    # one shared MLP with four outputs (the default location kernel)
+    (99, 2, 6, 2, 3, 32),     # several heads with several outputs, the most outputs
 ])
-def test_native_matches_float64_reference(E, n_in, hidden, heads, layers):
+def test_native_matches_float64_reference(E, n_in, hidden, heads, layers, outs):
     torch.manual_seed(E)
     m = HeadwiseMLP(n_in, hidden, heads, layers)
-    x = torch.randn(E, n_in) * 2
     params = [p.detach() for p in m.params()]
+    params[-2], params[-1] = torch.rand(heads, outs, hidden) - 0.5, torch.rand(heads, outs) - 0.5
+    x = torch.randn(E, n_in) * 2
     assert _native.headwise_supported(x, params)
-    g = torch.randn(heads, E)
+    g = torch.randn(heads * outs, E)
     y_ref, grads_ref = _reference(x, params, g)
     _close(_native.headwise_forward(x, params), y_ref, 1e-6)
     grads = _native.headwise_backward(g, x, params, True)
@@ -158,6 +161,31 @@ def test_failed_build_warns_once_and_falls_back(monkeypatch, tmp_path):
     params = [p.detach() for p in m.params()]
     assert torch.allclose(y.t(), _headwise_chunked_forward(x, params, 16), rtol=1e-6, atol=1e-7)
     assert list(tmp_path.iterdir()) == []  # no half-written library left behind
+
+
+def test_shared_mlp_through_edge_mlp_matches_float64(monkeypatch):
+    """The library's default location kernel (one ``Linear``/``SiLU`` MLP, an output per head)
+    runs on the native kernel as a single head; values and all gradients against float64."""
+    from pyg_lie.nn.lie_self_attention import _mlp
+    torch.manual_seed(4)
+    mlp = _mlp(3, 16, 4, 3)
+    x = (torch.randn(2000, 3) * 2).requires_grad_()
+    g = torch.randn(2000, 4)
+    calls = []
+    real = _native.headwise_forward
+    monkeypatch.setattr(_native, "headwise_forward", lambda *a: calls.append(1) or real(*a))
+    y = edge_mlp(mlp, x)
+    assert calls and y.shape == (2000, 4) and y.is_contiguous()
+    got = torch.autograd.grad(y, [x, *mlp.parameters()], g)
+    mlp64 = _mlp(3, 16, 4, 3).double()
+    mlp64.load_state_dict(mlp.state_dict())
+    x64 = x.detach().double().requires_grad_()
+    y64 = mlp64(x64)
+    ref = torch.autograd.grad(y64, [x64, *mlp64.parameters()], g.double())
+    _close(y, y64, 1e-6)
+    for a, b in zip(got, ref):
+        assert a.shape == b.shape
+        _close(a, b, 2e-6)
 
 
 def test_edge_mlp_uses_the_native_kernel(monkeypatch):

@@ -148,8 +148,16 @@ def _chunked_backward(grad_out: Tensor, x: Tensor, params: Sequence[Tensor], chu
 
 # Custom operators, so that torch.compile calls the chunked kernels as they are instead of
 # tracing (and un-chunking) them.
+def _as_one_head(params: Sequence[Tensor]) -> List[Tensor]:
+    """A shared MLP's parameters as the native kernel's single head: ``(1, out, in)``, ``(1, out)``."""
+    return [p.unsqueeze(0) for p in params]
+
+
 @torch.library.custom_op("pyg_lie::edge_mlp", mutates_args=())
 def _edge_mlp_op(x: Tensor, params: List[Tensor], chunk: int) -> Tensor:
+    one = _as_one_head(params)
+    if _native.headwise_supported(x, one):
+        return _native.headwise_forward(x, one).t().contiguous()  # (out, E) -> (E, out)
     return _chunked_forward(x, params, chunk)
 
 
@@ -161,6 +169,10 @@ def _(x, params, chunk):
 @torch.library.custom_op("pyg_lie::edge_mlp_backward", mutates_args=())
 def _edge_mlp_backward_op(grad_out: Tensor, x: Tensor, params: List[Tensor], chunk: int,
                           need_x: bool) -> List[Tensor]:
+    one = _as_one_head(params)
+    if _native.headwise_supported(x, one):
+        gx, *gp = _native.headwise_backward(grad_out.t().contiguous(), x, one, need_x)
+        return [gx, *[g[0].clone() for g in gp]]  # custom operators return fresh tensors, not views
     return _chunked_backward(grad_out, x, params, chunk, need_x)
 
 
@@ -206,11 +218,12 @@ def edge_mlp(mlp, x: Tensor, chunk: Optional[int] = None) -> Tensor:
     if isinstance(mlp, HeadwiseMLP):
         # blocks of about the same size in memory: rows x heads x width
         chunk = max(1, chunk // mlp.heads)
-        # float32: the operator's native kernel (if built) beats the einsum module at any size
+        # float32: the operator's native kernel (if built) beats the module at any size
         if x.device.type != "cpu" or x.dim() != 2 or (x.shape[0] <= chunk and x.dtype != torch.float32):
             return mlp(x)
         return _headwise_op(x, mlp.params(), chunk).t()  # (E, H), stored heads first
-    if x.device.type != "cpu" or x.shape[0] <= chunk or not _layers(mlp):
+    if x.device.type != "cpu" or x.dim() != 2 or (x.shape[0] <= chunk and x.dtype != torch.float32) \
+            or not _layers(mlp):
         return mlp(x)
     params = []
     for m in mlp[::2]:

@@ -1,7 +1,8 @@
 """Native CPU kernels, compiled on first use with the system's C compiler and loaded with ctypes.
 
-:func:`headwise_forward` / :func:`headwise_backward` run the fused per-head edge MLP of
-``headwise_mlp.c`` (float32, CPU). The shared library is built once per source, compiler
+:func:`headwise_forward` / :func:`headwise_backward` run the fused edge MLPs of
+``headwise_mlp.c`` (float32, CPU): one MLP per head (:class:`~pyg_lie.nn._edge_mlp.HeadwiseMLP`)
+or one shared ``Linear``/``SiLU`` MLP (a single "head" with several outputs). The shared library is built once per source, compiler
 flags and CPU into ``$PYG_LIE_CACHE`` (default ``$XDG_CACHE_HOME/pyg_lie`` or
 ``~/.cache/pyg_lie``) with ``-O3 -march=native -fopenmp``; it needs only a C compiler
 (``$CC`` or ``cc``), no PyTorch headers, and builds in about a second. Its threads are
@@ -112,8 +113,8 @@ def _load() -> Optional[ctypes.CDLL]:
                           f"silence this.", RuntimeWarning, stacklevel=3)
             return None
         ptrs = ctypes.POINTER(ctypes.c_void_p)
-        common = [ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
-                  ptrs, ptrs]
+        common = [ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                  ctypes.c_void_p, ptrs, ptrs]
         lib.headwise_mlp_forward.argtypes = [*common, ctypes.c_void_p, ctypes.c_int]
         lib.headwise_mlp_backward.argtypes = [*common, ctypes.c_void_p, ctypes.c_void_p, ptrs, ptrs, ctypes.c_int]
         lib.headwise_mlp_forward.restype = lib.headwise_mlp_backward.restype = ctypes.c_int
@@ -133,15 +134,26 @@ def uses_openmp() -> bool:
 
 
 def headwise_supported(x: Tensor, params: Sequence[Tensor]) -> bool:
-    """True if the native kernel handles ``x (E, in)`` and :class:`HeadwiseMLP` parameters
-    ``[W_0 (H, K, in), b_0 (H, K), ..., W_L (H, 1, K), b_L (H, 1)]``."""
+    """True if the native kernel handles ``x (E, in)`` and the parameters
+    ``[W_0 (H, K, in), b_0 (H, K), ..., W_L (H, O, K), b_L (H, O)]`` of ``H`` MLPs with
+    hidden layers of equal width ``K`` and ``O`` outputs each (:class:`HeadwiseMLP`: ``O = 1``;
+    one shared MLP: ``H = 1``)."""
     if x.device.type != "cpu" or x.dtype != torch.float32 or x.dim() != 2 or x.shape[0] == 0:
         return False
     if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in params):
         return False
+    weights, layers = params[0::2], len(params) // 2 - 1
+    if not 1 <= layers <= MAX_LAYERS or any(w.dim() != 3 for w in weights):
+        return False
+    H, K, n_in = weights[0].shape
+    hidden_ok = all(w.shape == (H, K, K) for w in weights[1:-1]) and weights[-1].shape[::2] == (H, K)
+    return (hidden_ok and n_in <= MAX_IN and K <= MAX_HIDDEN and weights[-1].shape[1] <= MAX_HIDDEN
+            and available())
+
+
+def _sizes(x: Tensor, params: Sequence[Tensor]):
     H, K, n_in = params[0].shape
-    layers = len(params) // 2 - 1
-    return 1 <= layers <= MAX_LAYERS and K <= MAX_HIDDEN and n_in <= MAX_IN and available()
+    return x.shape[0], n_in, K, len(params) // 2 - 1, H, params[-2].shape[1]
 
 
 def _pointers(ts: Sequence[Tensor]):
@@ -161,28 +173,26 @@ def _check(rc: int, what: str) -> None:
 
 
 def headwise_forward(x: Tensor, params: Sequence[Tensor]) -> Tensor:
-    """``(H, E)`` outputs of the per-head MLPs (see :func:`headwise_supported`)."""
+    """``(H O, E)`` outputs of the MLPs, row ``h O + o`` (see :func:`headwise_supported`)."""
     x = x.contiguous()
     params = [p.detach().contiguous() for p in params]
-    H, K, n_in = params[0].shape
-    out = x.new_empty(H, x.shape[0])
-    rc = _library().headwise_mlp_forward(x.shape[0], n_in, K, len(params) // 2 - 1, H, x.data_ptr(),
-                                            _pointers(params[0::2]), _pointers(params[1::2]), out.data_ptr(),
-                                   torch.get_num_threads())
+    sizes = _sizes(x, params)
+    out = x.new_empty(sizes[4] * sizes[5], x.shape[0])
+    rc = _library().headwise_mlp_forward(*sizes, x.data_ptr(), _pointers(params[0::2]), _pointers(params[1::2]),
+                                         out.data_ptr(), torch.get_num_threads())
     _check(rc, "forward")
     return out
 
 
 def headwise_backward(grad_out: Tensor, x: Tensor, params: Sequence[Tensor], need_x: bool) -> List[Tensor]:
-    """``[d/dx (empty unless need_x), d/dW_0, d/db_0, ...]`` for ``grad_out (H, E)``."""
+    """``[d/dx (empty unless need_x), d/dW_0, d/db_0, ...]`` for ``grad_out (H O, E)``."""
     x, grad_out = x.contiguous(), grad_out.contiguous()
     params = [p.detach().contiguous() for p in params]
-    H, K, n_in = params[0].shape
     gx = torch.zeros_like(x) if need_x else x.new_empty(0)
     gp = [torch.zeros_like(p) for p in params]
-    rc = _library().headwise_mlp_backward(x.shape[0], n_in, K, len(params) // 2 - 1, H, x.data_ptr(),
-                                    _pointers(params[0::2]), _pointers(params[1::2]), grad_out.data_ptr(),
-                                    gx.data_ptr() if need_x else None, _pointers(gp[0::2]), _pointers(gp[1::2]),
-                                    torch.get_num_threads())
+    rc = _library().headwise_mlp_backward(*_sizes(x, params), x.data_ptr(), _pointers(params[0::2]),
+                                          _pointers(params[1::2]), grad_out.data_ptr(),
+                                          gx.data_ptr() if need_x else None, _pointers(gp[0::2]),
+                                          _pointers(gp[1::2]), torch.get_num_threads())
     _check(rc, "backward")
     return [gx, *gp]

@@ -1,9 +1,10 @@
-/* Fused per-head edge MLP (the official LieTransformer's location kernel), float32, CPU.
+/* Fused per-head edge MLPs (the official LieTransformer's location kernel), float32, CPU.
  *
- *   y[h, e] = w_L[h] . silu(W_{L-1}[h] ... silu(W_0[h] x[e] + b_0[h]) ...) + b_L[h]
+ *   y[h O + o, e] = W_L[h, o] . silu(W_{L-1}[h] ... silu(W_0[h] x[e] + b_0[h]) ...) + b_L[h, o]
  *
  * for x (E, in) row-major, weights W_l (H, out_l, in_l), biases b_l (H, out_l), hidden layers
- * of equal width, one output per head, y (H, E). The torch formulation spends most of its time
+ * of equal width, O outputs per head (O = 1: one MLP per head; H = 1: one shared MLP),
+ * y (H O, E). The torch formulation spends most of its time
  * streaming (H, rows, width) activations through separate matrix-product and SiLU kernels; here
  * a block of BLOCK edges goes through every layer of one head while its activations stay in
  * registers and L1, and the backward pass recomputes them per block. SIMD lanes run over edges
@@ -71,7 +72,7 @@ static inline vf sigmoid(vf z0) {
 
 typedef struct {
     int64_t E;
-    int in, hidden, layers, heads; /* layers = number of hidden layers (>= 1) */
+    int in, hidden, layers, heads, outs; /* layers: hidden layers (>= 1); outs: outputs per head */
     const float *x;
     const float *W[MAX_LAYERS + 1], *b[MAX_LAYERS + 1];
     float *out;           /* forward: (H, E) */
@@ -140,30 +141,36 @@ static void hidden_forward(const job_t *j, int h, block_t *B, int keep_z) {
     }
 }
 
+/* out[r] = w_r . a + bias_r for one output row r on one block (a: the last hidden layer) */
+INLINE void output_row(const block_t *B, int L, int K, const float *w, float bias, vf acc[NV]) {
+    vf acc2[NV]; /* two partial sums: the chains are latency-bound */
+    for (int v = 0; v < NV; v++) { acc[v] = splat(bias); acc2[v] = splat(0.0f); }
+    int k = 0;
+    for (; k + 2 <= K; k += 2)
+        for (int v = 0; v < NV; v++) {
+            acc[v] += splat(w[k]) * B->a[L - 1][k][v];
+            acc2[v] += splat(w[k + 1]) * B->a[L - 1][k + 1][v];
+        }
+    for (; k < K; k++)
+        for (int v = 0; v < NV; v++) acc[v] += splat(w[k]) * B->a[L - 1][k][v];
+    for (int v = 0; v < NV; v++) acc[v] += acc2[v];
+}
+
 static void *forward_worker(void *arg) {
     const job_t *j = arg;
     block_t *B = aligned_alloc(64, sizeof(block_t));
     if (!B) return (void *)1;
     const int K = j->hidden, L = j->layers;
     for (int h = 0; h < j->heads; h++) {
-        const float *w = j->W[L] + (int64_t)h * K, bias = j->b[L][h];
         for (int64_t e = j->e0; e < j->e1; e += BLOCK) {
             int64_t n = load_block(j, e, B);
             hidden_forward(j, h, B, 0);
-            vf acc[NV], acc2[NV]; /* two partial sums: the chains are latency-bound */
-            for (int v = 0; v < NV; v++) { acc[v] = splat(bias); acc2[v] = splat(0.0f); }
-            int k = 0;
-            for (; k + 2 <= K; k += 2)
-                for (int v = 0; v < NV; v++) {
-                    acc[v] += splat(w[k]) * B->a[L - 1][k][v];
-                    acc2[v] += splat(w[k + 1]) * B->a[L - 1][k + 1][v];
-                }
-            for (; k < K; k++)
-                for (int v = 0; v < NV; v++) acc[v] += splat(w[k]) * B->a[L - 1][k][v];
-            for (int v = 0; v < NV; v++) acc[v] += acc2[v];
-            float *o = j->out + (int64_t)h * j->E + e;
-            if (n == BLOCK) memcpy(o, acc, sizeof acc);
-            else memcpy(o, acc, n * sizeof(float));
+            for (int r = h * j->outs; r < (h + 1) * j->outs; r++) { /* this head's output rows */
+                vf acc[NV];
+                output_row(B, L, K, j->W[L] + (int64_t)r * K, j->b[L][r], acc);
+                float *o = j->out + (int64_t)r * j->E + e;
+                memcpy(o, acc, (n == BLOCK ? BLOCK : n) * sizeof(float));
+            }
         }
     }
     free(B);
@@ -200,30 +207,34 @@ static void *backward_worker(void *arg) {
     block_t *B = aligned_alloc(64, sizeof(block_t));
     grad_t *G = aligned_alloc(64, sizeof(grad_t));
     if (!B || !G) { free(B); free(G); return (void *)1; }
-    const int K = j->hidden, I = j->in, L = j->layers;
+    const int K = j->hidden, I = j->in, L = j->layers, O = j->outs;
     for (int h = 0; h < j->heads; h++) {
         for (int m = 0; m <= L; m++) {
             memset(G->gb[m], 0, sizeof G->gb[m]);
-            for (int k = 0; k < K; k++) memset(G->gW[m][k], 0, sizeof G->gW[m][k]);
+            for (int k = 0; k < (m == L ? O : K); k++) memset(G->gW[m][k], 0, sizeof G->gW[m][k]);
         }
-        const float *wL = j->W[L] + (int64_t)h * K;
+        const float *wL = j->W[L] + (int64_t)h * O * K;
         for (int64_t e = j->e0; e < j->e1; e += BLOCK) {
             int64_t n = load_block(j, e, B);
             hidden_forward(j, h, B, 1);
-            vf g[NV];
-            const float *go = j->gout + (int64_t)h * j->E + e;
-            if (n == BLOCK) memcpy(g, go, sizeof g);
-            else { memset(g, 0, sizeof g); memcpy(g, go, n * sizeof(float)); }
             vf (*ga)[NV] = G->g[0], (*gz)[NV] = G->g[1];
-            /* output layer */
-            for (int v = 0; v < NV; v++) G->gb[L][0] += g[v];
-            for (int k = 0; k < K; k++) {
-                vf t = splat(0.0f);
-                for (int v = 0; v < NV; v++) {
-                    t += g[v] * B->a[L - 1][k][v];
-                    ga[k][v] = splat(wL[k]) * g[v];
+            /* output layer: gradients of its weights, and d/da = W_L^T g */
+            for (int k = 0; k < K; k++)
+                for (int v = 0; v < NV; v++) ga[k][v] = splat(0.0f);
+            for (int o = 0; o < O; o++) {
+                vf g[NV];
+                const float *go = j->gout + (int64_t)(h * O + o) * j->E + e;
+                if (n == BLOCK) memcpy(g, go, sizeof g);
+                else { memset(g, 0, sizeof g); memcpy(g, go, n * sizeof(float)); }
+                for (int v = 0; v < NV; v++) G->gb[L][o] += g[v];
+                for (int k = 0; k < K; k++) {
+                    vf t = splat(0.0f);
+                    for (int v = 0; v < NV; v++) {
+                        t += g[v] * B->a[L - 1][k][v];
+                        ga[k][v] += splat(wL[o * K + k]) * g[v];
+                    }
+                    G->gW[L][o][k] += t;
                 }
-                G->gW[L][0][k] += t;
             }
             for (int m = L - 1; m >= 0; m--) {
                 for (int k = 0; k < K; k++)
@@ -269,8 +280,10 @@ static void *backward_worker(void *arg) {
             }
         }
         /* lanes -> this thread's (H, out, in) gradients */
-        j->gb[L][h] += hsum(G->gb[L][0]);
-        for (int k = 0; k < K; k++) j->gW[L][(int64_t)h * K + k] += hsum(G->gW[L][0][k]);
+        for (int o = 0; o < O; o++) {
+            j->gb[L][h * O + o] += hsum(G->gb[L][o]);
+            for (int k = 0; k < K; k++) j->gW[L][(int64_t)(h * O + o) * K + k] += hsum(G->gW[L][o][k]);
+        }
         for (int m = 0; m < L; m++) {
             int in = m ? K : I;
             for (int k = 0; k < K; k++) {
@@ -285,15 +298,16 @@ static void *backward_worker(void *arg) {
     return NULL;
 }
 
-static int64_t param_size(int m, int in, int hidden, int layers, int heads, int bias) {
-    int out = m == layers ? 1 : hidden, inp = m == 0 ? in : hidden;
-    return (int64_t)heads * out * (bias ? 1 : inp);
+static int64_t param_size(const job_t *j, int m, int bias) {
+    int out = m == j->layers ? j->outs : j->hidden, inp = m == 0 ? j->in : j->hidden;
+    return (int64_t)j->heads * out * (bias ? 1 : inp);
 }
 
 /* Returns 0 on success, 1 for unsupported sizes, 2 for out of memory. */
 static int run(job_t *base, int nthreads, int backward) {
     if (base->in < 1 || base->in > MAX_IN || base->hidden < 1 || base->hidden > MAX_HIDDEN ||
-        base->layers < 1 || base->layers > MAX_LAYERS || base->heads < 1)
+        base->layers < 1 || base->layers > MAX_LAYERS || base->heads < 1 || base->outs < 1 ||
+        base->outs > MAX_HIDDEN)
         return 1;
     int64_t blocks = (base->E + BLOCK - 1) / BLOCK;
     if (nthreads > blocks) nthreads = (int)blocks;
@@ -307,8 +321,8 @@ static int run(job_t *base, int nthreads, int backward) {
         if (jobs[t].e1 > base->E) jobs[t].e1 = base->E;
         if (backward && t > 0) { /* thread 0 accumulates into the caller's (zeroed) outputs */
             for (int m = 0; m <= base->layers && !err; m++) {
-                jobs[t].gW[m] = calloc(param_size(m, base->in, base->hidden, base->layers, base->heads, 0), 4);
-                jobs[t].gb[m] = calloc(param_size(m, base->in, base->hidden, base->layers, base->heads, 1), 4);
+                jobs[t].gW[m] = calloc(param_size(base, m, 0), 4);
+                jobs[t].gb[m] = calloc(param_size(base, m, 1), 4);
                 err = !jobs[t].gW[m] || !jobs[t].gb[m];
             }
         }
@@ -324,8 +338,8 @@ static int run(job_t *base, int nthreads, int backward) {
     if (backward && jobs) {
         for (int t = 1; t < nthreads; t++)
             for (int m = 0; m <= base->layers; m++) {
-                int64_t nw = param_size(m, base->in, base->hidden, base->layers, base->heads, 0);
-                int64_t nb = param_size(m, base->in, base->hidden, base->layers, base->heads, 1);
+                int64_t nw = param_size(base, m, 0);
+                int64_t nb = param_size(base, m, 1);
                 if (!err && jobs[t].gW[m] && jobs[t].gb[m]) {
                     for (int64_t q = 0; q < nw; q++) base->gW[m][q] += jobs[t].gW[m][q];
                     for (int64_t q = 0; q < nb; q++) base->gb[m][q] += jobs[t].gb[m][q];
@@ -338,29 +352,29 @@ static int run(job_t *base, int nthreads, int backward) {
     return err ? 2 : 0;
 }
 
-static void fill(job_t *j, int64_t E, int in, int hidden, int layers, int heads, const float *x,
+static void fill(job_t *j, int64_t E, int in, int hidden, int layers, int heads, int outs, const float *x,
                  const float *const *W, const float *const *b) {
     memset(j, 0, sizeof *j);
-    j->E = E; j->in = in; j->hidden = hidden; j->layers = layers; j->heads = heads; j->x = x;
+    j->E = E; j->in = in; j->hidden = hidden; j->layers = layers; j->heads = heads; j->outs = outs; j->x = x;
     if (layers < 1 || layers > MAX_LAYERS) return;
     for (int m = 0; m <= layers; m++) { j->W[m] = W[m]; j->b[m] = b[m]; }
     j->e0 = 0; j->e1 = E;
 }
 
-int headwise_mlp_forward(int64_t E, int in, int hidden, int layers, int heads, const float *x,
+int headwise_mlp_forward(int64_t E, int in, int hidden, int layers, int heads, int outs, const float *x,
                          const float *const *W, const float *const *b, float *out, int nthreads) {
     job_t j;
-    fill(&j, E, in, hidden, layers, heads, x, W, b);
+    fill(&j, E, in, hidden, layers, heads, outs, x, W, b);
     j.out = out;
     return run(&j, nthreads, 0);
 }
 
 /* gx (E, in) and every gW, gb must be zeroed by the caller; gx may be NULL */
-int headwise_mlp_backward(int64_t E, int in, int hidden, int layers, int heads, const float *x,
+int headwise_mlp_backward(int64_t E, int in, int hidden, int layers, int heads, int outs, const float *x,
                           const float *const *W, const float *const *b, const float *gout, float *gx,
                           float *const *gW, float *const *gb, int nthreads) {
     job_t j;
-    fill(&j, E, in, hidden, layers, heads, x, W, b);
+    fill(&j, E, in, hidden, layers, heads, outs, x, W, b);
     j.gout = gout; j.gx = gx;
     if (layers >= 1 && layers <= MAX_LAYERS)
         for (int m = 0; m <= layers; m++) { j.gW[m] = gW[m]; j.gb[m] = gb[m]; }

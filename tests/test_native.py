@@ -146,6 +146,22 @@ def test_disabled_by_environment(monkeypatch):
     assert torch.allclose(edge_mlp(m, x, chunk=16), m(x), rtol=1e-5, atol=1e-6)
 
 
+def test_builds_from_scratch_into_the_cache(monkeypatch, tmp_path):
+    """What a fresh machine does on first use: compile into ``PYG_LIE_CACHE`` and load."""
+    monkeypatch.setattr(_native, "_lib", None)
+    monkeypatch.setattr(_native, "_failed", None)
+    monkeypatch.setenv("PYG_LIE_CACHE", str(tmp_path / "cache"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _native.available()
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [_native.library_path().name]
+    assert _native.uses_openmp()
+    m = HeadwiseMLP(2, 16, 4, 3)
+    x, params = torch.randn(100, 2), [p.detach() for p in m.params()]
+    y_ref, _ = _reference(x, params, torch.zeros(4, 100))
+    _close(_native.headwise_forward(x, params), y_ref, 1e-6)
+
+
 def test_failed_build_warns_once_and_falls_back(monkeypatch, tmp_path):
     monkeypatch.setattr(_native, "_lib", None)
     monkeypatch.setattr(_native, "_failed", None)

@@ -169,7 +169,7 @@ def test_failed_build_warns_once_and_falls_back(monkeypatch, tmp_path):
     monkeypatch.setenv("CC", "false")  # a "compiler" that always fails
     m = HeadwiseMLP(2, 4, 2, 3)
     x = torch.randn(40, 2)
-    with pytest.warns(RuntimeWarning, match="could not build the native per-head MLP kernel"):
+    with pytest.warns(RuntimeWarning, match="could not build the native edge-MLP kernel"):
         assert not _native.available()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # only once
@@ -202,6 +202,16 @@ def test_shared_mlp_through_edge_mlp_matches_float64(monkeypatch):
     for a, b in zip(got, ref):
         assert a.shape == b.shape
         _close(a, b, 2e-6)
+
+
+def test_unwritable_cache_falls_back(monkeypatch, tmp_path):
+    monkeypatch.setattr(_native, "_lib", None)
+    monkeypatch.setattr(_native, "_failed", None)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("PYG_LIE_CACHE", str(blocker / "cache"))  # a folder below a file
+    with pytest.warns(RuntimeWarning, match="PYG_LIE_CACHE"):
+        assert not _native.available()
 
 
 def test_edge_mlp_uses_the_native_kernel(monkeypatch):

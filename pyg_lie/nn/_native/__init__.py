@@ -65,11 +65,12 @@ def _cpu_id() -> str:
 def _build(cc: List[str], target: Path) -> Optional[str]:
     """Compile into ``target`` (atomically: concurrent processes may build the same file);
     returns the error text, or None."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-    os.close(fd)
+    tmp = None
     err = ""
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+        os.close(fd)
         for variant in _VARIANTS:
             r = subprocess.run([*cc, *_FLAGS, *variant, "-o", tmp, str(_SOURCE)], capture_output=True, text=True)
             if r.returncode == 0:
@@ -77,10 +78,10 @@ def _build(cc: List[str], target: Path) -> Optional[str]:
                 return None
             err = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit status {r.returncode}"
         return err
-    except OSError as e:  # no compiler
+    except OSError as e:  # no compiler, or the cache folder is not writable
         return str(e)
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
 
 
@@ -108,9 +109,9 @@ def _load() -> Optional[ctypes.CDLL]:
                 err = str(e)
         if err is not None:
             _failed = err
-            warnings.warn(f"pyg_lie: could not build the native per-head MLP kernel ({err}); using the "
-                          f"slower torch kernels. Set CC to a working C compiler, or PYG_LIE_NATIVE=0 to "
-                          f"silence this.", RuntimeWarning, stacklevel=3)
+            warnings.warn(f"pyg_lie: could not build the native edge-MLP kernel ({err}); using the "
+                          f"slower torch kernels. Set CC to a working C compiler, PYG_LIE_CACHE to a writable "
+                          f"folder, or PYG_LIE_NATIVE=0 to silence this.", RuntimeWarning, stacklevel=3)
             return None
         ptrs = ctypes.POINTER(ctypes.c_void_p)
         common = [ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,

@@ -169,7 +169,7 @@ static void *forward_worker(void *arg) {
                 vf acc[NV];
                 output_row(B, L, K, j->W[L] + (int64_t)r * K, j->b[L][r], acc);
                 float *o = j->out + (int64_t)r * j->E + e;
-                memcpy(o, acc, (n == BLOCK ? BLOCK : n) * sizeof(float));
+                memcpy(o, acc, n * sizeof(float)); /* n <= BLOCK: the last block may be short */
             }
         }
     }

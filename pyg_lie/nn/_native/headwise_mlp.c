@@ -108,36 +108,31 @@ INLINE void activate(block_t *B, int m, int k, int v, vf z, int keep_z) {
     B->a[m][k][v] = z * s;
 }
 
-/* outputs k .. k + Q - 1 of hidden layer m >= 1 (Q = 4: eight independent FMA chains) */
-INLINE void hidden_rows(block_t *B, const float *W, const float *b, int K, int m, int k, const int Q,
-                        int keep_z) {
+/* outputs k .. k + Q - 1 of hidden layer m, W (K, n_in) applied to in[n_in][NV] (the block's
+ * input for m = 0, the previous layer's activations otherwise); Q = 4: eight independent FMA
+ * chains */
+INLINE void hidden_rows(block_t *B, const float *W, const float *b, const vf (*in)[NV], int n_in, int m, int k,
+                        const int Q, int keep_z) {
     vf acc[4][NV];
     for (int q = 0; q < Q; q++)
         for (int v = 0; v < NV; v++) acc[q][v] = splat(b[k + q]);
-    for (int i = 0; i < K; i++)
+    for (int i = 0; i < n_in; i++)
         for (int q = 0; q < Q; q++)
-            for (int v = 0; v < NV; v++) acc[q][v] += splat(W[(k + q) * K + i]) * B->a[m - 1][i][v];
+            for (int v = 0; v < NV; v++) acc[q][v] += splat(W[(k + q) * n_in + i]) * in[i][v];
     for (int q = 0; q < Q; q++)
         for (int v = 0; v < NV; v++) activate(B, m, k + q, v, acc[q][v], keep_z);
 }
 
 /* hidden layers of head h on one block; keep_z: store z and s for the backward pass */
 static void hidden_forward(const job_t *j, int h, block_t *B, int keep_z) {
-    const int K = j->hidden, I = j->in;
-    const float *W = j->W[0] + (int64_t)h * K * I, *b = j->b[0] + (int64_t)h * K;
-    for (int k = 0; k < K; k++) {
-        vf acc[NV];
-        for (int v = 0; v < NV; v++) acc[v] = splat(b[k]);
-        for (int i = 0; i < I; i++)
-            for (int v = 0; v < NV; v++) acc[v] += splat(W[k * I + i]) * B->xt[i][v];
-        for (int v = 0; v < NV; v++) activate(B, 0, k, v, acc[v], keep_z);
-    }
-    for (int m = 1; m < j->layers; m++) {
-        W = j->W[m] + (int64_t)h * K * K;
-        b = j->b[m] + (int64_t)h * K;
+    const int K = j->hidden;
+    for (int m = 0; m < j->layers; m++) {
+        const int n_in = m ? K : j->in;
+        const vf (*in)[NV] = m ? (const vf (*)[NV])B->a[m - 1] : (const vf (*)[NV])B->xt;
+        const float *W = j->W[m] + (int64_t)h * K * n_in, *b = j->b[m] + (int64_t)h * K;
         int k = 0;
-        for (; k + 4 <= K; k += 4) hidden_rows(B, W, b, K, m, k, 4, keep_z);
-        for (; k < K; k++) hidden_rows(B, W, b, K, m, k, 1, keep_z);
+        for (; k + 4 <= K; k += 4) hidden_rows(B, W, b, in, n_in, m, k, 4, keep_z);
+        for (; k < K; k++) hidden_rows(B, W, b, in, n_in, m, k, 1, keep_z);
     }
 }
 
@@ -184,16 +179,34 @@ typedef struct {
     vf g[2][MAX_HIDDEN][NV];                        /* d/da (ping) and d/dz (pong) */
 } grad_t;
 
-/* ga[i .. i + Q - 1] = (W^T gz)[i .. i + Q - 1] for W (K, K) */
-INLINE void transposed_rows(const float *W, int K, int i, const int Q, vf (*gz)[NV], vf (*ga)[NV]) {
+/* out[i .. i + Q - 1] = (W^T gz)[i .. i + Q - 1] for W (K, n_in) */
+INLINE void transposed_rows(const float *W, int K, int n_in, int i, const int Q, vf (*gz)[NV],
+                            vf (*out)[NV]) {
     vf acc[4][NV];
     for (int q = 0; q < Q; q++)
         for (int v = 0; v < NV; v++) acc[q][v] = splat(0.0f);
     for (int k = 0; k < K; k++)
         for (int q = 0; q < Q; q++)
-            for (int v = 0; v < NV; v++) acc[q][v] += splat(W[k * K + i + q]) * gz[k][v];
+            for (int v = 0; v < NV; v++) acc[q][v] += splat(W[k * n_in + i + q]) * gz[k][v];
     for (int q = 0; q < Q; q++)
-        for (int v = 0; v < NV; v++) ga[i + q][v] = acc[q][v];
+        for (int v = 0; v < NV; v++) out[i + q][v] = acc[q][v];
+}
+
+/* out = W^T gz for W (K, n_in), four inputs at a time */
+static void transposed_product(const float *W, int K, int n_in, vf (*gz)[NV], vf (*out)[NV]) {
+    int i = 0;
+    for (; i + 4 <= n_in; i += 4) transposed_rows(W, K, n_in, i, 4, gz, out);
+    for (; i < n_in; i++) transposed_rows(W, K, n_in, i, 1, gz, out);
+}
+
+/* lane accumulators of a weight gradient: acc[k][i] += gz[k] in[i] over the block's vectors */
+static void accumulate_outer(vf (*acc)[MAX_HIDDEN], vf (*gz)[NV], const vf (*in)[NV], int K, int n_in) {
+    for (int k = 0; k < K; k++)
+        for (int i = 0; i < n_in; i++) {
+            vf t = acc[k][i];
+            for (int v = 0; v < NV; v++) t += gz[k][v] * in[i][v];
+            acc[k][i] = t;
+        }
 }
 
 static float hsum(vf a) {
@@ -247,35 +260,16 @@ static void *backward_worker(void *arg) {
                     for (int v = 0; v < NV; v++) t += gz[k][v];
                     G->gb[m][k] += t;
                 }
+                const int n_in = m ? K : I;
+                const vf (*in)[NV] = m ? (const vf (*)[NV])B->a[m - 1] : (const vf (*)[NV])B->xt;
+                const float *W = j->W[m] + (int64_t)h * K * n_in;
+                accumulate_outer(G->gW[m], gz, in, K, n_in);
                 if (m > 0) {
-                    const float *W = j->W[m] + (int64_t)h * K * K;
-                    for (int k = 0; k < K; k++)
-                        for (int i = 0; i < K; i++) {
-                            vf t = G->gW[m][k][i];
-                            for (int v = 0; v < NV; v++) t += gz[k][v] * B->a[m - 1][i][v];
-                            G->gW[m][k][i] = t;
-                        }
-                    /* d/da_{m-1} = W_m^T gz, four inputs at a time */
-                    int i = 0;
-                    for (; i + 4 <= K; i += 4) transposed_rows(W, K, i, 4, gz, ga);
-                    for (; i < K; i++) transposed_rows(W, K, i, 1, gz, ga);
-                } else {
-                    const float *W = j->W[0] + (int64_t)h * K * I;
-                    for (int k = 0; k < K; k++)
-                        for (int i = 0; i < I; i++) {
-                            vf t = G->gW[0][k][i];
-                            for (int v = 0; v < NV; v++) t += gz[k][v] * B->xt[i][v];
-                            G->gW[0][k][i] = t;
-                        }
-                    if (j->gx) {
-                        for (int i = 0; i < I; i++) {
-                            vf acc[NV] = {0};
-                            for (int k = 0; k < K; k++)
-                                for (int v = 0; v < NV; v++) acc[v] += splat(W[k * I + i]) * gz[k][v];
-                            for (int q = 0; q < n; q++)
-                                j->gx[(e + q) * I + i] += acc[q / VW][q % VW];
-                        }
-                    }
+                    transposed_product(W, K, K, gz, ga); /* d/da_{m-1} */
+                } else if (j->gx) {
+                    transposed_product(W, K, I, gz, ga); /* d/dx, in ga's first I rows */
+                    for (int i = 0; i < I; i++)
+                        for (int q = 0; q < n; q++) j->gx[(e + q) * I + i] += ga[i][q / VW][q % VW];
                 }
             }
         }

@@ -210,6 +210,13 @@ _edge_mlp_op.register_autograd(_autograd_rule(_forward, _edge_mlp_backward_op), 
 float32_under_autocast(_edge_mlp_op, _edge_mlp_backward_op)
 
 
+def _as_module(x: Tensor, chunk: int) -> bool:
+    """True where the MLP runs as its module: off CPU, inputs not ``(E, in)``, and small
+    inputs other than float32 (float32 goes to the operators at any size: their native
+    kernel, if built, beats the module)."""
+    return x.device.type != "cpu" or x.dim() != 2 or (x.shape[0] <= chunk and x.dtype != torch.float32)
+
+
 def edge_mlp(mlp, x: Tensor, chunk: Optional[int] = None) -> Tensor:
     """``mlp(x)`` for ``x (E, in)``, chunked and recomputed in backward on CPU (see module
     doc); ``mlp`` is a ``Linear``/``SiLU`` :class:`~torch.nn.Sequential` or a
@@ -219,12 +226,10 @@ def edge_mlp(mlp, x: Tensor, chunk: Optional[int] = None) -> Tensor:
     if isinstance(mlp, HeadwiseMLP):
         # blocks of about the same size in memory: rows x heads x width
         chunk = max(1, chunk // mlp.heads)
-        # float32: the operator's native kernel (if built) beats the module at any size
-        if x.device.type != "cpu" or x.dim() != 2 or (x.shape[0] <= chunk and x.dtype != torch.float32):
+        if _as_module(x, chunk):
             return mlp(x)
         return _headwise_op(x, mlp.params(), chunk).t()  # (E, H), stored heads first
-    if x.device.type != "cpu" or x.dim() != 2 or (x.shape[0] <= chunk and x.dtype != torch.float32) \
-            or not _layers(mlp):
+    if _as_module(x, chunk) or not _layers(mlp):
         return mlp(x)
     params = []
     for m in mlp[::2]:

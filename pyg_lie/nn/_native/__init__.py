@@ -85,9 +85,13 @@ def _build(cc: List[str], target: Path) -> Optional[str]:
             os.unlink(tmp)
 
 
+def _compiler() -> List[str]:
+    return shlex.split(os.environ.get("CC", "cc"))
+
+
 def library_path() -> Path:
     """Where the compiled kernels for this source, compiler and CPU live."""
-    cc = shlex.split(os.environ.get("CC", "cc"))
+    cc = _compiler()
     key = hashlib.sha256(b"\0".join([_SOURCE.read_bytes(), repr((cc, _FLAGS, _VARIANTS)).encode(),
                                      _cpu_id().encode(), sys.platform.encode()])).hexdigest()[:16]
     return _cache_dir() / f"headwise_mlp-{key}.so"
@@ -101,7 +105,7 @@ def _load() -> Optional[ctypes.CDLL]:
         if _lib is not None or _failed is not None:
             return _lib
         path = library_path()
-        err = None if path.exists() else _build(shlex.split(os.environ.get("CC", "cc")), path)
+        err = None if path.exists() else _build(_compiler(), path)
         if err is None:
             try:
                 lib = ctypes.CDLL(str(path))

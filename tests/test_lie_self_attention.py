@@ -188,8 +188,13 @@ def test_compiled_block_runs_the_fused_kernels(monkeypatch, graph):
     import pyg_lie.nn._sparse_ops as so
     from pyg_lie.nn._sparse_ops import CSRStructure
     calls = []
-    csr_fn = so._csr
-    monkeypatch.setattr(so, "_csr", lambda *a: calls.append(1) or csr_fn(*a))
+
+    def counted(owner, name):  # the sparse kernels, torch's (through _csr) or the native ones
+        fn = getattr(owner, name)
+        monkeypatch.setattr(owner, name, lambda *a: calls.append(name) or fn(*a))
+    counted(so, "_csr")
+    counted(so._native, "csr_sddmm")
+    counted(so._native, "csr_spmm")
     G = get_group("SE2")
     torch.manual_seed(0)
     block = LieTransformerBlock(8, G, heads=2, kernel_dim=8).double()

@@ -238,3 +238,65 @@ def test_compiled_float32_matches_eager():
     got = grads(torch.compile(lambda t: edge_mlp(m, t), backend="aot_eager", fullgraph=True))
     for a, b in zip(ref, got):
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _csr_graph(N, E, seed):
+    """Random edges sorted by (target, source) with node 0 and the last node receiving none."""
+    from pyg_lie.nn._sparse_ops import CSRStructure
+    gen = torch.Generator().manual_seed(seed)
+    ei = torch.randint(0, N, (2, E), generator=gen)
+    ei = ei[:, (ei[1] != 0) & (ei[1] != N - 1)]
+    return CSRStructure.build(ei, N)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("H,D", [(1, 1), (3, 5), (4, 16), (2, 19)])
+def test_native_csr_products_match_dense_float64(dtype, H, D):
+    """SDDMM and SpMM against the dense formulas in float64, on rows with 0 to many edges,
+    feature sizes below, at and past the kernel's 8-wide partial sums, and strided inputs."""
+    N = 37
+    s = _csr_graph(N, 400, H * D)
+    torch.manual_seed(D)
+    A = torch.randn(N, D, H, dtype=dtype).transpose(1, 2)  # (N, H, D), not contiguous
+    B = torch.randn(N, H, D, dtype=dtype)
+    w = torch.randn(s.col.numel(), H, dtype=dtype).t()  # (H, E), not contiguous
+    assert _native.csr_supported(A, B, w)
+    dst, src = s.row, s.col
+    scores = _native.csr_sddmm(A, B, s.crow, s.col)
+    ref = (A.double()[dst] * B.double()[src]).sum(-1).t()
+    out = _native.csr_spmm(w, B, s.crow, s.col)
+    ref_out = torch.zeros(N, H, D, dtype=torch.float64).index_add_(0, dst, w.double().t()[:, :, None] * B.double()[src])
+    rel = 1e-6 if dtype == torch.float32 else 1e-14
+    _close(scores, ref, rel)
+    _close(out, ref_out, rel)
+    assert scores.dtype == out.dtype == dtype and out[0].abs().max() == 0 and out[-1].abs().max() == 0
+
+
+def test_native_csr_products_threads_agree_and_match_torch(monkeypatch):
+    """Each output is summed by one thread in a fixed order: bitwise equal for 1-3 threads; and
+    equal to torch's sparse kernels (the fallback, PYG_LIE_NATIVE=0) to float32 rounding."""
+    from pyg_lie.nn._sparse_ops import sddmm, spmm
+    s = _csr_graph(500, 6000, 0)
+    torch.manual_seed(0)
+    A, B, w = torch.randn(500, 4, 16), torch.randn(500, 4, 16), torch.randn(4, s.col.numel())
+    n = torch.get_num_threads()
+    try:
+        res = []
+        for t in (1, 2, 3):
+            torch.set_num_threads(t)
+            res.append((sddmm(s, A, B), spmm(s, w, B)))
+    finally:
+        torch.set_num_threads(n)
+    for other in res[1:]:
+        assert torch.equal(other[0], res[0][0]) and torch.equal(other[1], res[0][1])
+    monkeypatch.setenv("PYG_LIE_NATIVE", "0")
+    assert not _native.csr_supported(A, B)
+    assert torch.allclose(sddmm(s, A, B), res[0][0], rtol=1e-5, atol=1e-5)
+    assert torch.allclose(spmm(s, w, B), res[0][1], rtol=1e-5, atol=1e-5)
+
+
+def test_native_csr_products_only_for_cpu_float32_and_float64():
+    A = torch.randn(3, 2, 4)
+    assert not _native.csr_supported(A.half(), A.half())
+    assert not _native.csr_supported(A, A.double())  # mixed precision: torch's kernels decide
+    assert _native.csr_supported(A.double(), A.double())

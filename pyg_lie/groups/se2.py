@@ -7,6 +7,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from .._gather import select
 from ._safe import cosc, half_cot_half, sinc
 from .base import ROTATION_CHORD, LieGroup, LogNormEmbedding, batch_shape, homogeneous, rot2
 from .so2 import SQRT2, planar_one_sided_cut
@@ -76,8 +77,8 @@ class SE2(LieGroup):
             return super().relative_log(g, edge_index, one_sided_cut)
         self._check_mat(g, "g")
         rows = g[:, :2, :].reshape(g.shape[0], 6).t().contiguous()  # (6, N): R00 R01 t0 R10 R11 t1
-        a00, a01, a02, a10, a11, a12 = rows.index_select(1, edge_index[1])  # target i
-        b00, b01, b02, b10, b11, b12 = rows.index_select(1, edge_index[0])  # source j
+        a00, a01, a02, a10, a11, a12 = select(rows, 1, edge_index[1])  # target i
+        b00, b01, b02, b10, b11, b12 = select(rows, 1, edge_index[0])  # source j
         cos2 = a00 * b00 + a10 * b10 + a01 * b01 + a11 * b11
         sin2 = (a01 * b00 + a11 * b10) - (a00 * b01 + a10 * b11)
         d0, d1 = b02 - a02, b12 - a12

@@ -2,7 +2,8 @@
 
 ``sddmm(A, B)`` gives ``s_e = A[dst_e] . B[src_e]`` and ``spmm(w, V)`` gives
 ``out_i = sum_{e: dst_e = i} w_e V[src_e]`` without materialising any ``(E, D)``
-tensor (torch's ``sparse.sampled_addmm`` / ``sparse.mm`` kernels). Their
+tensor (on CPU in float32/float64 the native kernels of ``_native/csr_products.c``, one
+pass for all heads; otherwise torch's ``sparse.sampled_addmm`` / ``sparse.mm``). Their
 backward passes are written with the same two operations, so double backward
 (gradients of gradients, needed by Hamiltonian models) works as well.
 
@@ -22,8 +23,10 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from .._gather import select
 from .._sort import argsort_keys
 from ..groups.base import _is_compiling
+from . import _native
 from ._autocast import float32_under_autocast
 
 __all__ = ["CSRStructure", "sddmm", "spmm", "csr_scores", "csr_aggregate", "to_edge_order"]
@@ -144,6 +147,8 @@ def _sddmm_op(A: Tensor, B: Tensor, crow: Tensor, col: Tensor, crow_t: Optional[
     out = A.new_empty(H, E)
     if E == 0:
         return out
+    if _native.csr_supported(A, B):
+        return _native.csr_sddmm(A, B, crow, col)
     pattern = _csr(crow, col, A.new_zeros(E))
     for h in range(H):
         out[h] = torch.sparse.sampled_addmm(pattern, A[:, h].contiguous(), B[:, h].t().contiguous(),
@@ -162,6 +167,8 @@ def _spmm_op(w: Tensor, V: Tensor, crow: Tensor, col: Tensor, crow_t: Optional[T
     N, H, Dv = crow.numel() - 1, V.shape[1], V.shape[2]
     if w.shape[1] == 0:
         return V.new_zeros(N, H, Dv)
+    if _native.csr_supported(w, V):
+        return _native.csr_spmm(w, V, crow, col)
     out = V.new_empty(N, H, Dv)
     for h in range(H):
         out[:, h] = torch.sparse.mm(_csr(crow, col, w[h].contiguous()), V[:, h].contiguous())
@@ -184,7 +191,7 @@ def _sddmm_backward(ctx, g: Tensor):
         gA = _spmm_op(g, B, *p)
     if ctx.needs_input_grad[1]:
         pt, perm_t = _transposed(p)
-        gB = _spmm_op(g.index_select(1, perm_t), A, *pt)
+        gB = _spmm_op(select(g, 1, perm_t), A, *pt)
     return gA, gB, None, None, None, None, None, None
 
 
@@ -195,7 +202,7 @@ def _spmm_backward(ctx, g: Tensor):
         gw = _sddmm_op(g, V, *p)
     if ctx.needs_input_grad[1]:
         pt, perm_t = _transposed(p)
-        gV = _spmm_op(w.index_select(1, perm_t), g, *pt)
+        gV = _spmm_op(select(w, 1, perm_t), g, *pt)
     return gw, gV, None, None, None, None, None, None
 
 

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import scatter, softmax
 
+from .._gather import select
 from ._autocast import float32_under_autocast
 
 __all__ = ["edge_attention", "dense_edge_attention"]
@@ -99,9 +100,9 @@ class _SortedSoftmax(torch.autograd.Function):
     def forward(ctx, score: Tensor, index: Tensor, ptr: Tensor, axis: int) -> Tensor:
         offsets = ptr if axis == 0 else ptr.expand(score.shape[0], ptr.numel()).contiguous()
         m = torch.segment_reduce(score, "max", offsets=offsets, axis=axis, unsafe=True)
-        e = (score - m.index_select(axis, index)).exp_()
+        e = (score - select(m, axis, index)).exp_()
         z = torch.segment_reduce(e, "sum", offsets=offsets, axis=axis, unsafe=True)
-        w = e.div_(z.index_select(axis, index))
+        w = e.div_(select(z, axis, index))
         ctx.axis = axis
         ctx.save_for_backward(score, w, index, offsets)
         return w
@@ -114,10 +115,10 @@ class _SortedSoftmax(torch.autograd.Function):
             n = offsets.shape[-1] - 1
             w = softmax(score, index, num_nodes=n, dim=axis)
             t = scatter(g * w, index, dim=axis, dim_size=n, reduce="sum")
-            return w * (g - t.index_select(axis, index)), None, None, None
+            return w * (g - select(t, axis, index)), None, None, None
         gw = g * w
         t = torch.segment_reduce(gw, "sum", offsets=offsets, axis=axis, unsafe=True)
-        return gw.sub_(w * t.index_select(axis, index)), None, None, None
+        return gw.sub_(w * select(t, axis, index)), None, None, None
 
 
 def _sorted_edge_attention(score: Tensor, index: Tensor, ptr: Tensor, normalization: str) -> Tensor:

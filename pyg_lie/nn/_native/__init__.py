@@ -29,9 +29,10 @@ from typing import List, Optional, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["available", "uses_openmp", "headwise_supported", "headwise_forward", "headwise_backward", "library_path"]
+__all__ = ["available", "uses_openmp", "headwise_supported", "headwise_forward", "headwise_backward",
+           "csr_supported", "csr_sddmm", "csr_spmm", "library_path"]
 
-_SOURCE = Path(__file__).with_name("headwise_mlp.c")
+_SOURCES = sorted(Path(__file__).parent.glob("*.c"))
 _FLAGS = ["-O3", "-fPIC", "-shared", "-fno-math-errno", "-std=gnu11"]
 #: tried in order: OpenMP (libgomp.so.1, which in a process with torch loaded is torch's own
 #: copy, so the kernels share torch's intra-op threads) with -march=native, then without
@@ -72,7 +73,7 @@ def _build(cc: List[str], target: Path) -> Optional[str]:
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
         os.close(fd)
         for variant in _VARIANTS:
-            r = subprocess.run([*cc, *_FLAGS, *variant, "-o", tmp, str(_SOURCE)], capture_output=True, text=True)
+            r = subprocess.run([*cc, *_FLAGS, *variant, "-o", tmp, *map(str, _SOURCES)], capture_output=True, text=True)
             if r.returncode == 0:
                 os.replace(tmp, target)
                 return None
@@ -90,11 +91,11 @@ def _compiler() -> List[str]:
 
 
 def library_path() -> Path:
-    """Where the compiled kernels for this source, compiler and CPU live."""
+    """Where the compiled kernels for these sources, compiler and CPU live."""
     cc = _compiler()
-    key = hashlib.sha256(b"\0".join([_SOURCE.read_bytes(), repr((cc, _FLAGS, _VARIANTS)).encode(),
+    key = hashlib.sha256(b"\0".join([*(p.read_bytes() for p in _SOURCES), repr((cc, _FLAGS, _VARIANTS)).encode(),
                                      _cpu_id().encode(), sys.platform.encode()])).hexdigest()[:16]
-    return _cache_dir() / f"headwise_mlp-{key}.so"
+    return _cache_dir() / f"pyg_lie_native-{key}.so"
 
 
 def _load() -> Optional[ctypes.CDLL]:
@@ -124,6 +125,10 @@ def _load() -> Optional[ctypes.CDLL]:
         lib.headwise_mlp_backward.argtypes = [*common, ctypes.c_void_p, ctypes.c_void_p, ptrs, ptrs, ctypes.c_int]
         lib.headwise_mlp_forward.restype = lib.headwise_mlp_backward.restype = ctypes.c_int
         lib.headwise_mlp_openmp.argtypes, lib.headwise_mlp_openmp.restype = [], ctypes.c_int
+        for name in ("csr_sddmm_f32", "csr_sddmm_f64", "csr_spmm_f32", "csr_spmm_f64"):
+            fn = getattr(lib, name)
+            fn.argtypes = [*[ctypes.c_int64] * 4, *[ctypes.c_void_p] * 5, ctypes.c_int]
+            fn.restype = ctypes.c_int
         _lib = lib
         return lib
 
@@ -201,3 +206,36 @@ def headwise_backward(grad_out: Tensor, x: Tensor, params: Sequence[Tensor], nee
                                           _pointers(gp[1::2]), torch.get_num_threads())
     _check(rc, "backward")
     return [gx, *gp]
+
+
+def csr_supported(*ts: Tensor) -> bool:
+    """True if the native CSR products take these operands: CPU, all float32 or all float64."""
+    dtype = ts[0].dtype
+    return (dtype in (torch.float32, torch.float64)
+            and all(t.device.type == "cpu" and t.dtype == dtype for t in ts) and available())
+
+
+def _csr_call(kind: str, X: Tensor, Y: Tensor, crow: Tensor, col: Tensor, out: Tensor, H: int, D: int) -> Tensor:
+    suffix = "f32" if out.dtype == torch.float32 else "f64"
+    crow, col = crow.to(torch.int64).contiguous(), col.to(torch.int64).contiguous()
+    rc = getattr(_library(), f"csr_{kind}_{suffix}")(crow.numel() - 1, H, D, col.numel(), X.data_ptr(),
+                                                    Y.data_ptr(), crow.data_ptr(), col.data_ptr(),
+                                                    out.data_ptr(), torch.get_num_threads())
+    _check(rc, f"csr_{kind}")
+    return out
+
+
+def csr_sddmm(A: Tensor, B: Tensor, crow: Tensor, col: Tensor) -> Tensor:
+    """``(H, E)`` scores ``A[i, h] . B[j, h]`` on the CSR edges ``j -> i`` (rows ``i`` by
+    ``crow``, sources ``col``) for ``A (N, H, D)`` and ``B (M, H, D)``."""
+    A, B = A.contiguous(), B.contiguous()
+    out = A.new_empty(A.shape[1], col.numel())
+    return _csr_call("sddmm", A, B, crow, col, out, A.shape[1], A.shape[2])
+
+
+def csr_spmm(w: Tensor, V: Tensor, crow: Tensor, col: Tensor) -> Tensor:
+    """``(N, H, Dv)`` sums ``sum_{j -> i} w[h, e] V[j, h]`` over the CSR edges for ``w (H, E)``
+    and ``V (M, H, Dv)``."""
+    w, V = w.contiguous(), V.contiguous()
+    out = V.new_empty(crow.numel() - 1, V.shape[1], V.shape[2])
+    return _csr_call("spmm", w, V, crow, col, out, V.shape[1], V.shape[2])

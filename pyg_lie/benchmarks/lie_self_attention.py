@@ -23,7 +23,7 @@ per-node work timed alone (``pointwise``), and the blocks' matrix products
 (:func:`matmul_gflop`) at the best fp32 matrix-product rate measured in the same run
 (:func:`peak_gemm_gflops`). ``--amp`` adds the model under bfloat16 autocast,
 ``--shared-kernel`` the library's default shared location MLP, ``--torch-kernels`` the
-per-head MLP on the torch kernels instead of the native C kernel.
+model on torch's kernels instead of the native C kernels (location MLP, CSR products).
 
 Every configuration is run twice, in separate subprocesses: once for time with
 the default allocator (what users get), once for memory. Peak memory: each
@@ -75,9 +75,9 @@ MODEL_VARIANTS = {
                                       "instead of the official one MLP per head (about a quarter of the "
                                       "location-MLP work); another architecture, so not a like-for-like "
                                       "comparison with the official figures."),
-    "model-torch": ("torch MLP kernels", "the same model with the per-head location MLP on the chunked torch "
-                                         "kernels instead of the native C kernel (PYG_LIE_NATIVE=0), the "
-                                         "library's fallback without a C compiler."),
+    "model-torch": ("torch kernels", "the same model on torch's kernels (the chunked per-head location MLP, "
+                                     "torch.sparse's CSR products) instead of the native C kernels "
+                                     "(PYG_LIE_NATIVE=0), the library's fallback without a C compiler."),
     "model-bf16": ("bf16 autocast", "the same model under torch.autocast('cpu', torch.bfloat16) (the fused "
                                     "kernels stay in float32); not comparable with the official float32 figures."),
 }
@@ -382,8 +382,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also time the official configurations with the library's default shared location "
                         "MLP (one output per head) instead of the official one MLP per head")
     p.add_argument("--torch-kernels", action="store_true",
-                   help="also time the official configurations with the per-head MLP on the torch kernels "
-                        "instead of the native C kernel")
+                   help="also time the official configurations on torch's kernels instead of the native C "
+                        "kernels (location MLP, CSR products)")
     p.add_argument("--out", default="runs/bench_lie_self_attention")
 
 

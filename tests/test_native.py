@@ -265,7 +265,8 @@ def test_native_csr_products_match_dense_float64(dtype, H, D):
     scores = _native.csr_sddmm(A, B, s.crow, s.col)
     ref = (A.double()[dst] * B.double()[src]).sum(-1).t()
     out = _native.csr_spmm(w, B, s.crow, s.col)
-    ref_out = torch.zeros(N, H, D, dtype=torch.float64).index_add_(0, dst, w.double().t()[:, :, None] * B.double()[src])
+    terms = w.double().t()[:, :, None] * B.double()[src]  # (E, H, D)
+    ref_out = torch.zeros(N, H, D, dtype=torch.float64).index_add_(0, dst, terms)
     rel = 1e-6 if dtype == torch.float32 else 1e-14
     _close(scores, ref, rel)
     _close(out, ref_out, rel)

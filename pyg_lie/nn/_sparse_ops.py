@@ -143,12 +143,12 @@ def _transposed(p: Parts) -> Tuple[Parts, Tensor]:
 @torch.library.custom_op("pyg_lie::csr_sddmm", mutates_args=())
 def _sddmm_op(A: Tensor, B: Tensor, crow: Tensor, col: Tensor, crow_t: Optional[Tensor],
               col_t: Optional[Tensor], perm_t: Optional[Tensor], iperm_t: Optional[Tensor]) -> Tensor:
+    if _native.csr_supported(A, B):
+        return _native.csr_sddmm(A, B, crow, col)
     H, E = A.shape[1], col.numel()
     out = A.new_empty(H, E)
     if E == 0:
         return out
-    if _native.csr_supported(A, B):
-        return _native.csr_sddmm(A, B, crow, col)
     pattern = _csr(crow, col, A.new_zeros(E))
     for h in range(H):
         out[h] = torch.sparse.sampled_addmm(pattern, A[:, h].contiguous(), B[:, h].t().contiguous(),
@@ -164,11 +164,11 @@ def _(A, B, crow, col, crow_t, col_t, perm_t, iperm_t):
 @torch.library.custom_op("pyg_lie::csr_spmm", mutates_args=())
 def _spmm_op(w: Tensor, V: Tensor, crow: Tensor, col: Tensor, crow_t: Optional[Tensor],
              col_t: Optional[Tensor], perm_t: Optional[Tensor], iperm_t: Optional[Tensor]) -> Tensor:
+    if _native.csr_supported(w, V):
+        return _native.csr_spmm(w, V, crow, col)
     N, H, Dv = crow.numel() - 1, V.shape[1], V.shape[2]
     if w.shape[1] == 0:
         return V.new_zeros(N, H, Dv)
-    if _native.csr_supported(w, V):
-        return _native.csr_spmm(w, V, crow, col)
     out = V.new_empty(N, H, Dv)
     for h in range(H):
         out[:, h] = torch.sparse.mm(_csr(crow, col, w[h].contiguous()), V[:, h].contiguous())

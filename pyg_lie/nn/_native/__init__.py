@@ -2,10 +2,13 @@
 
 :func:`headwise_forward` / :func:`headwise_backward` run the fused edge MLPs of
 ``headwise_mlp.c`` (float32, CPU): one MLP per head (:class:`~pyg_lie.nn._edge_mlp.HeadwiseMLP`)
-or one shared ``Linear``/``SiLU`` MLP (a single "head" with several outputs). The shared library is built once per source, compiler
-flags and CPU into ``$PYG_LIE_CACHE`` (default ``$XDG_CACHE_HOME/pyg_lie`` or
-``~/.cache/pyg_lie``) with ``-O3 -march=native -fopenmp``; it needs only a C compiler
-(``$CC`` or ``cc``), no PyTorch headers, and builds in about a second. Its threads are
+or one shared ``Linear``/``SiLU`` MLP (a single "head" with several outputs).
+:func:`csr_sddmm` / :func:`csr_spmm` run the multi-head CSR products of ``csr_products.c``
+(float32 and float64, CPU) behind :mod:`pyg_lie.nn._sparse_ops`. The ``*.c`` files here are
+built into one shared library, once per sources, compiler flags and CPU, into
+``$PYG_LIE_CACHE`` (default ``$XDG_CACHE_HOME/pyg_lie`` or ``~/.cache/pyg_lie``) with
+``-O3 -march=native -fopenmp``; it needs only a C compiler (``$CC`` or ``cc``), no PyTorch
+headers, and builds in about a second. Its threads are
 torch's: the OpenMP runtime it links (``libgomp.so.1``) resolves, in a process that imported
 torch, to the copy torch loaded, so ``torch.set_num_threads`` applies and no second pool
 competes with torch's spinning workers. Where no compiler works, a
@@ -73,7 +76,8 @@ def _build(cc: List[str], target: Path) -> Optional[str]:
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
         os.close(fd)
         for variant in _VARIANTS:
-            r = subprocess.run([*cc, *_FLAGS, *variant, "-o", tmp, *map(str, _SOURCES)], capture_output=True, text=True)
+            r = subprocess.run([*cc, *_FLAGS, *variant, "-o", tmp, *map(str, _SOURCES)],
+                               capture_output=True, text=True)
             if r.returncode == 0:
                 os.replace(tmp, target)
                 return None
@@ -93,8 +97,9 @@ def _compiler() -> List[str]:
 def library_path() -> Path:
     """Where the compiled kernels for these sources, compiler and CPU live."""
     cc = _compiler()
-    key = hashlib.sha256(b"\0".join([*(p.read_bytes() for p in _SOURCES), repr((cc, _FLAGS, _VARIANTS)).encode(),
-                                     _cpu_id().encode(), sys.platform.encode()])).hexdigest()[:16]
+    parts = [*(p.read_bytes() for p in _SOURCES), repr((cc, _FLAGS, _VARIANTS)).encode(), _cpu_id().encode(),
+             sys.platform.encode()]
+    key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
     return _cache_dir() / f"pyg_lie_native-{key}.so"
 
 

@@ -23,7 +23,9 @@ per-node work timed alone (``pointwise``), and the blocks' matrix products
 (:func:`matmul_gflop`) at the best fp32 matrix-product rate measured in the same run
 (:func:`peak_gemm_gflops`). ``--amp`` adds the model under bfloat16 autocast,
 ``--shared-kernel`` the library's default shared location MLP, ``--torch-kernels`` the
-model on torch's kernels instead of the native C kernels (location MLP, CSR products).
+model on torch's kernels instead of the native C kernels (location MLP, CSR products),
+``--dense-model`` the same model computed densely as the official code does (all-pairs
+configurations), so that a speed-up is also measured against that algorithm on the same host.
 
 Every configuration is run twice, in separate subprocesses: once for time with
 the default allocator (what users get), once for memory. Peak memory: each
@@ -78,6 +80,11 @@ MODEL_VARIANTS = {
     "model-torch": ("torch kernels", "the same model on torch's kernels (the chunked per-head location MLP, "
                                      "torch.sparse's CSR products) instead of the native C kernels "
                                      "(PYG_LIE_NATIVE=0), the library's fallback without a C compiler."),
+    "model-dense": ("dense", "the same model computed as the official code does, with dense (clouds, M, M) "
+                             "pair tensors in every block (`dense_lie_self_attention`: the location MLP on all "
+                             "pairs, masked softmax), in this run; all-pairs configurations only (with "
+                             "neighbourhoods the official code runs the location MLP on 32 pairs per node, "
+                             "this formulation on all). dense / eager is the speed-up over it on this host."),
     "model-bf16": ("bf16 autocast", "the same model under torch.autocast('cpu', torch.bfloat16) (the fused "
                                     "kernels stay in float32); not comparable with the official float32 figures."),
 }
@@ -222,13 +229,15 @@ def run_config(cfg: Dict) -> Dict:
                 model.blocks[i] = torch.compile(blk, fullgraph=True)
 
         amp = cfg["impl"] == "model-bf16"
-
-        def step():
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
-                y = model(x, pos, batch, num_graphs=B)
-            y.float().sum().backward()
         lifted = model.lift(x, pos, batch)
         ei = lifted_edges(pos, batch, K, radius)
+        if cfg["impl"] == "model-dense":
+            step = _dense_model_step(model, x, pos, batch, _dense_adjacency(ei, B, lifted.g.size(0) // B))
+        else:
+            def step():
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+                    y = model(x, pos, batch, num_graphs=B)
+                y.float().sum().backward()
     elif cfg["impl"] == "pointwise":
         # the model's per-node work alone (LayerNorms, Q/K/V/output projections, pointwise
         # MLPs): a floor for any implementation of the architecture, dense or sparse
@@ -258,9 +267,7 @@ def run_config(cfg: Dict) -> Dict:
             def step():
                 layer(h, ei, lifted.g).sum().backward()
         elif cfg["impl"] == "dense":
-            adj = torch.zeros(B, M // B, M // B, dtype=torch.bool)
-            loc = ei % (M // B)
-            adj[ei[1] // (M // B), loc[1], loc[0]] = True
+            adj = _dense_adjacency(ei, B, M // B)
             hb, gb = h.view(B, M // B, d), lifted.g.view(B, M // B, *lifted.g.shape[1:])
 
             def step():
@@ -384,6 +391,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--torch-kernels", action="store_true",
                    help="also time the official configurations on torch's kernels instead of the native C "
                         "kernels (location MLP, CSR products)")
+    p.add_argument("--dense-model", action="store_true",
+                   help="also time the all-pairs official configurations computed densely, as the official "
+                        "code does (the same model and parameters), in the same run")
     p.add_argument("--out", default="runs/bench_lie_self_attention")
 
 
@@ -433,6 +443,8 @@ def main(args) -> int:
             jobs += [dict(c, impl="model-shared") for c in official]
         if args.torch_kernels:
             jobs += [dict(c, impl="model-torch") for c in official]
+        if args.dense_model:
+            jobs += [dict(c, impl="model-dense") for c in official if c["degree"] is None]
     groups: Dict[str, List[Dict]] = {}
     for cfg in jobs:  # one subprocess per implementation, configurations in increasing size
         groups.setdefault(cfg["impl"], []).append(cfg)
@@ -559,6 +571,35 @@ def plot(results: List[Dict], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _dense_adjacency(edge_index: Tensor, B: int, M: int) -> Tensor:
+    """``(B, M, M)`` bool, ``[b, i, j]`` = edge ``j -> i`` of ``B`` clouds of ``M`` lifted nodes."""
+    adj = torch.zeros(B, M, M, dtype=torch.bool)
+    loc = edge_index % M
+    adj[edge_index[1] // M, loc[1], loc[0]] = True
+    return adj
+
+
+def dense_model_forward(model, x: Tensor, pos: Tensor, batch: Tensor, adj: Tensor) -> Tensor:
+    """``model(x, pos, batch)`` for a :class:`~pyg_lie.models.LieTransformer` on ``B`` clouds
+    of equal size, computed as the official code does: the lift, then every block's attention
+    over dense ``(B, M, M)`` pair tensors (:func:`dense_lie_self_attention`; ``adj (B, M, M)``
+    the lifted edges), then the mean over each cloud. Returns ``(B, out_channels)``."""
+    B, M = adj.shape[0], adj.shape[1]
+    lifted = model.lift(x, pos, batch)
+    h = model.embed(lifted.x).view(B, M, -1)
+    g = lifted.g.view(B, M, *lifted.g.shape[1:])
+    for blk in model.blocks:
+        h = h + dense_lie_self_attention(blk.attn, blk.norm1(h), g, adj)
+        h = h + blk.mlp(blk.norm2(h))
+    return model.head(model.norm(h).mean(1))
+
+
+def _dense_model_step(model, x: Tensor, pos: Tensor, batch: Tensor, adj: Tensor):
+    def step():
+        dense_model_forward(model, x, pos, batch, adj).sum().backward()
+    return step
 
 
 def dense_lie_self_attention(layer, x: Tensor, g: Tensor, adj: Tensor,

@@ -119,9 +119,9 @@ def _load() -> Optional[ctypes.CDLL]:
                 err = str(e)
         if err is not None:
             _failed = err
-            warnings.warn(f"pyg_lie: could not build the native edge-MLP kernel ({err}); using the "
-                          f"slower torch kernels. Set CC to a working C compiler, PYG_LIE_CACHE to a writable "
-                          f"folder, or PYG_LIE_NATIVE=0 to silence this.", RuntimeWarning, stacklevel=3)
+            warnings.warn(f"pyg_lie: could not build the native kernels (edge MLP, CSR products) ({err}); "
+                          f"using the slower torch kernels. Set CC to a working C compiler, PYG_LIE_CACHE to a "
+                          f"writable folder, or PYG_LIE_NATIVE=0 to silence this.", RuntimeWarning, stacklevel=3)
             return None
         ptrs = ctypes.POINTER(ctypes.c_void_p)
         common = [ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,

@@ -85,6 +85,11 @@ MODEL_VARIANTS = {
                              "pairs, masked softmax), in this run; all-pairs configurations only (with "
                              "neighbourhoods the official code runs the location MLP on 32 pairs per node, "
                              "this formulation on all). dense / eager is the speed-up over it on this host."),
+    "official-code": ("official code here", "the official implementation (github.com/oxcsml/lie-transformer "
+                                            "with LieConv, from --official-src) on the same clouds, timed in "
+                                            "this run: official code here / eager is the speed-up measured on "
+                                            "this host (with neighbourhoods its mc_samples nearest lifted "
+                                            "neighbours, as many as the model's radius graph holds on average)."),
     "model-bf16": ("bf16 autocast", "the same model under torch.autocast('cpu', torch.bfloat16) (the fused "
                                     "kernels stay in float32); not comparable with the official float32 figures."),
 }
@@ -211,7 +216,12 @@ def run_config(cfg: Dict) -> Dict:
     x = torch.ones(B * n, 1)
     out: Dict = {}
     t0 = time.perf_counter()
-    if cfg["impl"] in ("model", *MODEL_VARIANTS):
+    if cfg["impl"] == "official-code":
+        from .official_lie_transformer import official_step
+        step, out["params"] = official_step(cfg, cfg["official_src"], pos, B)
+        lifted = Lift(G, K).eval()(x, pos, batch)
+        ei = lifted_edges(pos, batch, K, radius)
+    elif cfg["impl"] in ("model", *MODEL_VARIANTS):
         from ..models.lie_transformer import LieTransformer
         from ..nn import _native
         if cfg["impl"] == "model-torch":  # this subprocess only
@@ -394,6 +404,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dense-model", action="store_true",
                    help="also time the all-pairs official configurations computed densely, as the official "
                         "code does (the same model and parameters), in the same run")
+    p.add_argument("--official-src", default=None, metavar="DIR",
+                   help="also time the official implementation in this run, imported from DIR, which holds "
+                        "the packages eqv_transformer (github.com/oxcsml/lie-transformer) and lie_conv "
+                        "(github.com/mfinzi/LieConv); needs einops")
     p.add_argument("--out", default="runs/bench_lie_self_attention")
 
 
@@ -445,6 +459,14 @@ def main(args) -> int:
             jobs += [dict(c, impl="model-torch") for c in official]
         if args.dense_model:
             jobs += [dict(c, impl="model-dense") for c in official if c["degree"] is None]
+        if args.official_src is not None:
+            from .official_lie_transformer import check_source
+            src = os.path.abspath(args.official_src)
+            try:
+                check_source(src)
+            except ValueError as err:
+                raise SystemExit(str(err))
+            jobs += [dict(c, impl="official-code", official_src=src) for c in official]
     groups: Dict[str, List[Dict]] = {}
     for cfg in jobs:  # one subprocess per implementation, configurations in increasing size
         groups.setdefault(cfg["impl"], []).append(cfg)

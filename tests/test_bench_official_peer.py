@@ -1,0 +1,104 @@
+"""``bench lie-self-attention --official-src``: the official code as a same-run peer.
+
+The official packages are not on the registry, so these tests give the adapter stand-ins with
+the official constructor's signature and check what it passes and feeds, the errors for a
+wrong folder, and that ``run_config`` times the peer and the table prints the ratio.
+"""
+import argparse
+import sys
+import textwrap
+
+import pytest
+
+EQV = '''
+import torch
+BUILT = []
+
+class EquivariantTransformer(torch.nn.Module):
+    def __init__(self, dim_input, dim_output, dim_hidden, num_layers, num_heads, global_pool=True,
+                 global_pool_mean=True, group=None, liftsamples=1, block_norm="layer_pre",
+                 output_norm="none", kernel_norm="none", kernel_type="mlp", kernel_dim=16,
+                 kernel_act="swish", mc_samples=0, fill=1.0, architecture="model_1",
+                 attention_fn="softmax", feature_embed_dim=None, max_sample_norm=None):
+        super().__init__()
+        BUILT.append(dict(locals()))
+        self.lin = torch.nn.Linear(dim_input, dim_output)
+
+    def forward(self, data):
+        pos, feats, mask = data
+        assert pos.dim() == 3 and pos.shape[-1] == 2 and feats.shape == (*pos.shape[:2], 1)
+        assert mask.dtype == torch.bool and bool(mask.all()) and bool((feats == 1).all())
+        return self.lin(feats).mean(1) + pos.sum()
+'''
+
+GROUPS = '''
+class T:
+    def __init__(self, k):
+        self.k = k
+
+class SE2:
+    def __init__(self, alpha=0.2):
+        self.alpha = alpha
+'''
+
+
+@pytest.fixture
+def official_src(tmp_path, monkeypatch):
+    """A folder with stand-in ``eqv_transformer`` and ``lie_conv`` packages; ``sys.path`` and
+    the imported modules are restored afterwards."""
+    for pkg, mod, text in (("eqv_transformer", "eqv_attention", EQV), ("lie_conv", "lieGroups", GROUPS)):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+        (tmp_path / pkg / f"{mod}.py").write_text(textwrap.dedent(text))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    before = set(sys.modules)
+    yield tmp_path
+    for name in set(sys.modules) - before:
+        if name.split(".")[0] in ("eqv_transformer", "lie_conv"):
+            del sys.modules[name]
+
+
+CFG = dict(name="SE2 K4 32x32 d128 L4 all", group="SE2", K=2, N=6, clouds=2, dim=8, heads=2, layers=1,
+           degree=None, repeats=1, threads=1, impl="official-code")
+
+
+def test_official_peer_is_built_and_timed_on_the_same_clouds(official_src):
+    from pyg_lie.benchmarks.lie_self_attention import format_tables, run_config
+    res = run_config(dict(CFG, official_src=str(official_src)))
+    assert res["time"] > 0 and res["params"] == 2 and res["num_edges"] == 2 * 12 * 12
+    nbhd = run_config(dict(CFG, official_src=str(official_src), group="T2", K=1, N=40, degree=8.0))
+    assert nbhd["time"] > 0
+    from eqv_transformer.eqv_attention import BUILT
+    from lie_conv.lieGroups import SE2, T
+    se2, t2 = BUILT
+    assert isinstance(se2["group"], SE2) and se2["group"].alpha == 0.2 and se2["liftsamples"] == 2
+    assert se2["mc_samples"] == 0 and se2["num_heads"] == 2 and se2["dim_hidden"] == 8
+    assert se2["kernel_type"] == "mlp" and se2["kernel_dim"] == 16 and se2["attention_fn"] == "softmax"
+    assert isinstance(t2["group"], T) and t2["group"].k == 2 and t2["mc_samples"] == 8  # degree * K
+    model = dict(CFG, impl="model", time=0.5)
+    table = format_tables([model, {**CFG, **res, "time": 6.0}],
+                          argparse.Namespace(threads=1, repeats=1, dim=8, heads=2))
+    assert "official code here / eager" in table and "| 6.000 | 12.00 |" in table
+
+
+def test_official_source_errors_name_the_folder_and_the_fix(tmp_path, official_src):
+    from pyg_lie.benchmarks.official_lie_transformer import check_source, official_model
+    with pytest.raises(ValueError, match=r"no eqv_transformer or lie_conv package.*oxcsml/lie-transformer"):
+        check_source(str(tmp_path / "missing"))
+    broken = tmp_path / "broken"
+    for pkg in ("eqv_transformer", "lie_conv"):
+        (broken / pkg).mkdir(parents=True)
+        (broken / pkg / "__init__.py").write_text("import not_installed_dependency\n")
+    with pytest.raises(ValueError, match="importing the official code failed.*einops"):
+        check_source(str(broken))
+    with pytest.raises(ValueError, match="T2 and SE2 only"):
+        official_model(dict(CFG, group="SE3"), str(official_src))
+
+
+def test_bench_cli_rejects_a_wrong_official_source(tmp_path):
+    from pyg_lie.benchmarks.lie_self_attention import add_arguments, main
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(["--skip-sweep", "--official-src", str(tmp_path), "--out", str(tmp_path / "out")])
+    with pytest.raises(SystemExit, match="--official-src"):
+        main(args)

@@ -33,6 +33,8 @@ class EquivariantTransformer(torch.nn.Module):
 
 GROUPS = '''
 class T:
+    lie_dim = 2
+
     def __init__(self, k):
         self.k = k
 
@@ -42,20 +44,28 @@ class SE2:
 '''
 
 
+def _stand_ins(root, eqv_text, groups_text, init=""):
+    for pkg, mod, text in (("eqv_transformer", "eqv_attention", eqv_text), ("lie_conv", "lieGroups", groups_text)):
+        (root / pkg).mkdir(parents=True)
+        (root / pkg / "__init__.py").write_text(init)
+        (root / pkg / f"{mod}.py").write_text(textwrap.dedent(text))
+    return root
+
+
+def _forget(path):
+    """A fresh import state: ``sys.path`` as given, no official package imported."""
+    sys.path[:] = path
+    for name in [m for m in sys.modules if m.split(".")[0] in ("eqv_transformer", "lie_conv")]:
+        del sys.modules[name]
+
+
 @pytest.fixture
-def official_src(tmp_path, monkeypatch):
+def official_src(tmp_path):
     """A folder with stand-in ``eqv_transformer`` and ``lie_conv`` packages; ``sys.path`` and
     the imported modules are restored afterwards."""
-    for pkg, mod, text in (("eqv_transformer", "eqv_attention", EQV), ("lie_conv", "lieGroups", GROUPS)):
-        (tmp_path / pkg).mkdir()
-        (tmp_path / pkg / "__init__.py").write_text("")
-        (tmp_path / pkg / f"{mod}.py").write_text(textwrap.dedent(text))
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    before = set(sys.modules)
-    yield tmp_path
-    for name in set(sys.modules) - before:
-        if name.split(".")[0] in ("eqv_transformer", "lie_conv"):
-            del sys.modules[name]
+    path = list(sys.path)
+    yield _stand_ins(tmp_path / "official", EQV, GROUPS)
+    _forget(path)
 
 
 CFG = dict(name="SE2 K4 32x32 d128 L4 all", group="SE2", K=2, N=6, clouds=2, dim=8, heads=2, layers=1,
@@ -78,19 +88,22 @@ def test_official_peer_is_built_and_timed_on_the_same_clouds(official_src):
     model = dict(CFG, impl="model", time=0.5)
     table = format_tables([model, {**CFG, **res, "time": 6.0}],
                           argparse.Namespace(threads=1, repeats=1, dim=8, heads=2))
-    assert "official code here / eager" in table and "| 6.000 | 12.00 |" in table
+    assert "official code here / eager" in table and "| 6.000 | 12.00 | %.0f |" % res["mem_mb"] in table
 
 
 def test_official_source_errors_name_the_folder_and_the_fix(tmp_path, official_src):
     from pyg_lie.benchmarks.official_lie_transformer import check_source, official_model
+    path = list(sys.path)
     with pytest.raises(ValueError, match=r"no eqv_transformer or lie_conv package.*oxcsml/lie-transformer"):
         check_source(str(tmp_path / "missing"))
-    broken = tmp_path / "broken"
-    for pkg in ("eqv_transformer", "lie_conv"):
-        (broken / pkg).mkdir(parents=True)
-        (broken / pkg / "__init__.py").write_text("import not_installed_dependency\n")
+    broken = _stand_ins(tmp_path / "broken", "", "", init="import not_installed_dependency\n")
     with pytest.raises(ValueError, match="importing the official code failed.*einops"):
         check_source(str(broken))
+    _forget(path)
+    old = _stand_ins(tmp_path / "old", "", "class T:\n    pass\n")
+    with pytest.raises(ValueError, match="no LieGroup.lie_dim.*MJHutchinson/LieConv"):
+        check_source(str(old))
+    _forget(path)
     with pytest.raises(ValueError, match="T2 and SE2 only"):
         official_model(dict(CFG, group="SE3"), str(official_src))
 

@@ -25,10 +25,15 @@ per-node work timed alone (``pointwise``), and the blocks' matrix products
 ``--shared-kernel`` the library's default shared location MLP, ``--torch-kernels`` the
 model on torch's kernels instead of the native C kernels (location MLP, CSR products),
 ``--dense-model`` the same model computed densely as the official code does (all-pairs
-configurations), so that a speed-up is also measured against that algorithm on the same host.
+configurations), so that a speed-up is also measured against that algorithm on the same host,
+and ``--official-src DIR`` the official implementation itself, imported from a local checkout
+(:mod:`.official_lie_transformer`), on the same clouds.
 
 Every configuration is run twice, in separate subprocesses: once for time with
-the default allocator (what users get), once for memory. Peak memory: each
+the default allocator (what users get), once for memory. The official configurations run
+one subprocess per configuration and implementation, the implementations of a
+configuration back to back, so that a drifting host speed affects both sides of a ratio
+alike. Peak memory: each
 implementation runs in its own subprocess (started with
 ``MALLOC_MMAP_THRESHOLD_=65536`` so that freed tensors go back to the OS; this
 turns every tensor above 64 KiB into an ``mmap`` and distorts time, hence the
@@ -93,6 +98,9 @@ MODEL_VARIANTS = {
     "model-bf16": ("bf16 autocast", "the same model under torch.autocast('cpu', torch.bfloat16) (the fused "
                                     "kernels stay in float32); not comparable with the official float32 figures."),
 }
+
+#: variants whose peak memory the table shows as well
+VARIANTS_WITH_MEMORY = ("official-code",)
 
 #: official implementation on this CPU (FIELD_NOTES section 2): seconds, GB
 OFFICIAL = {
@@ -407,7 +415,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--official-src", default=None, metavar="DIR",
                    help="also time the official implementation in this run, imported from DIR, which holds "
                         "the packages eqv_transformer (github.com/oxcsml/lie-transformer) and lie_conv "
-                        "(github.com/mfinzi/LieConv); needs einops")
+                        "(github.com/MJHutchinson/LieConv); needs einops (see docs/lie_transformer.md)")
     p.add_argument("--out", default="runs/bench_lie_self_attention")
 
 
@@ -467,12 +475,20 @@ def main(args) -> int:
             except ValueError as err:
                 raise SystemExit(str(err))
             jobs += [dict(c, impl="official-code", official_src=src) for c in official]
-    groups: Dict[str, List[Dict]] = {}
-    for cfg in jobs:  # one subprocess per implementation, configurations in increasing size
-        groups.setdefault(cfg["impl"], []).append(cfg)
+    # The sweep: one subprocess per implementation, configurations in increasing size. The
+    # official configurations: one subprocess per configuration and implementation, the
+    # implementations of a configuration back to back, so that a host whose speed drifts
+    # (these machines are shared) slows the sides of each ratio alike.
+    names = [c["name"] for c in jobs if c["impl"] == "model"]
+    order = ([c for c in jobs if c["impl"] in SWEEP_IMPLS]
+             + sorted((c for c in jobs if c["impl"] not in SWEEP_IMPLS), key=lambda c: names.index(c["name"])))
+    groups: Dict[object, List[Dict]] = {}
+    for cfg in order:
+        key = cfg["impl"] if cfg["impl"] in SWEEP_IMPLS else (cfg["name"], cfg["impl"])
+        groups.setdefault(key, []).append(cfg)
     timed = ("time", "time_min")
     with tqdm(total=2 * len(jobs), desc="lie-self-attention bench", dynamic_ncols=True) as bar:
-        for impl, cfgs in groups.items():
+        for cfgs in groups.values():
             rt = _run_subprocess(cfgs, args.timeout, bar, memory=False)
             rm = _run_subprocess(cfgs, args.timeout, bar, memory=True)
             for cfg, t, m in zip(cfgs, rt, rm):
@@ -548,8 +564,11 @@ def format_tables(results: List[Dict], args) -> str:
                   + "".join(f" {MODEL_VARIANTS[v][0]} s: {MODEL_VARIANTS[v][1]}" for v in variants), "",
                   "| configuration | edges | ours s | ours MB | official s | official GB | speed-up | "
                   "pointwise s | official / pointwise | GFLOP | at peak s | official / at peak |"
-                  + "".join(f" {MODEL_VARIANTS[v][0]} s | {MODEL_VARIANTS[v][0]} / eager |" for v in variants),
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|---|" * len(variants)]
+                  + "".join(f" {MODEL_VARIANTS[v][0]} s | {MODEL_VARIANTS[v][0]} / eager |"
+                            + (f" {MODEL_VARIANTS[v][0]} MB |" if v in VARIANTS_WITH_MEMORY else "")
+                            for v in variants),
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"
+                  + "".join("---|---|" + "---|" * (v in VARIANTS_WITH_MEMORY) for v in variants)]
         for r in off:
             lo, hi, gb = OFFICIAL[r["name"]]
             ours = f"{r['time']:.3f}" if "time" in r else r.get("error", "-")
@@ -562,10 +581,12 @@ def format_tables(results: List[Dict], args) -> str:
                 cells += [f"{f['gflop']:.2f}", f"{at_peak:.4f}", _speedup(lo, hi, at_peak)]
             else:
                 cells += ["-", "-", "-"]
-            for rows in variants.values():
+            for v, rows in variants.items():
                 c = rows.get(r["name"], {})
                 cells += [f"{c['time']:.3f}" if "time" in c else c.get("error", "-"),
                           f"{c['time'] / r['time']:.2f}" if "time" in c and "time" in r else "-"]
+                if v in VARIANTS_WITH_MEMORY:
+                    cells.append(_fmt_m(c))
             lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
 

@@ -4,14 +4,18 @@
 ``../shared/papers/lietransformer.txt``) in the same run as the model, so that the speed-up is
 measured on one host instead of against figures taken on another. Its code is not on the
 package registry: ``DIR`` must hold the package ``eqv_transformer`` of
-github.com/oxcsml/lie-transformer and the package ``lie_conv`` of github.com/mfinzi/LieConv
-(a checkout of each, or the two folders copied side by side), and ``einops`` must be
-installed. Nothing of theirs is copied here: this module builds their
+github.com/oxcsml/lie-transformer and the package ``lie_conv`` of the authors' LieConv fork,
+github.com/MJHutchinson/LieConv (its groups have the ``lie_dim`` the transformer reads; the
+original github.com/mfinzi/LieConv supplies ``utils.py`` and ``masked_batchnorm.py`` where the
+fork lacks them), the two folders side by side, and ``einops`` must be installed. One line
+of LieConv's ``lieGroups.py`` is a syntax error in Python 3.9+; docs/lie_transformer.md says
+which and how to mend it. Nothing of theirs is copied here: this module builds their
 ``EquivariantTransformer`` with the options of their constellation experiment and the
 benchmark's widths, and feeds it the benchmark's point clouds.
 """
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import Callable, Dict, Tuple
@@ -32,16 +36,19 @@ def check_source(src: str) -> None:
     if missing:
         raise ValueError(
             f"--official-src {src!r}: no {' or '.join(missing)} package in this folder; it must hold "
-            "eqv_transformer (github.com/oxcsml/lie-transformer) and lie_conv (github.com/mfinzi/LieConv)")
+            "eqv_transformer (github.com/oxcsml/lie-transformer) and lie_conv (github.com/MJHutchinson/LieConv)")
     if src not in sys.path:
         sys.path.insert(0, src)
     try:
-        from eqv_transformer.eqv_attention import EquivariantTransformer  # noqa: F401
-        from lie_conv.lieGroups import SE2, T  # noqa: F401
+        for module in ("eqv_transformer.eqv_attention", "lie_conv.lieGroups"):
+            importlib.import_module(module)
     except (ImportError, SyntaxError) as err:
         raise ValueError(f"--official-src {src!r}: importing the official code failed: {err!r} "
                          "(it needs `pip install einops`; see docs/lie_transformer.md for the one line of "
                          "LieConv that Python 3 rejects)") from err
+    if not hasattr(sys.modules["lie_conv.lieGroups"].T, "lie_dim"):
+        raise ValueError(f"--official-src {src!r}: this lie_conv has no LieGroup.lie_dim, which the official "
+                         "transformer reads; use the authors' fork, github.com/MJHutchinson/LieConv")
 
 
 def official_model(cfg: Dict, src: str) -> torch.nn.Module:

@@ -55,11 +55,11 @@ def official_model(cfg: Dict, src: str) -> torch.nn.Module:
     """The official model for a benchmark configuration: ``cfg`` with ``group`` ("T2" or
     "SE2"), ``K`` lift samples, ``dim``, ``layers``, ``heads`` and ``degree`` (``None``: all
     pairs; else the official ``mc_samples`` nearest lifted neighbours, ``degree * K``)."""
+    if cfg["group"] not in ("T2", "SE2"):
+        raise ValueError(f"the official peer is timed for T2 and SE2 only, not {cfg['group']!r}")
     check_source(src)
     from eqv_transformer.eqv_attention import EquivariantTransformer
     from lie_conv.lieGroups import SE2, T
-    if cfg["group"] not in ("T2", "SE2"):
-        raise ValueError(f"the official peer is timed for T2 and SE2 only, not {cfg['group']!r}")
     group = T(2) if cfg["group"] == "T2" else SE2(SE2_ALPHA)
     nbhd = 0 if cfg.get("degree") is None else round(cfg["degree"] * cfg["K"])
     return EquivariantTransformer(

@@ -250,7 +250,10 @@ def run_config(cfg: Dict) -> Dict:
         lifted = model.lift(x, pos, batch)
         ei = lifted_edges(pos, batch, K, radius)
         if cfg["impl"] == "model-dense":
-            step = _dense_model_step(model, x, pos, batch, _dense_adjacency(ei, B, lifted.g.size(0) // B))
+            adj = _dense_adjacency(ei, B, lifted.g.size(0) // B)
+
+            def step():
+                dense_model_forward(model, x, pos, batch, adj).sum().backward()
         else:
             def step():
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
@@ -637,12 +640,6 @@ def dense_model_forward(model, x: Tensor, pos: Tensor, batch: Tensor, adj: Tenso
         h = h + dense_lie_self_attention(blk.attn, blk.norm1(h), g, adj)
         h = h + blk.mlp(blk.norm2(h))
     return model.head(model.norm(h).mean(1))
-
-
-def _dense_model_step(model, x: Tensor, pos: Tensor, batch: Tensor, adj: Tensor):
-    def step():
-        dense_model_forward(model, x, pos, batch, adj).sum().backward()
-    return step
 
 
 def dense_lie_self_attention(layer, x: Tensor, g: Tensor, adj: Tensor,

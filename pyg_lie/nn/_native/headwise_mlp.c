@@ -20,6 +20,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define VW 8          /* floats per vector */
 #define NV 2          /* vectors per block: independent chains for the FMA pipes */
@@ -79,11 +82,13 @@ typedef struct {
     const float *gout;    /* backward: (H, E) */
     float *gx;            /* (E, in) or NULL */
     float *gW[MAX_LAYERS + 1], *gb[MAX_LAYERS + 1]; /* this thread's accumulators */
-    int64_t e0, e1;
+    int64_t e0, e1;       /* the chunk of edges being worked on */
+    struct block_s *B;    /* this thread's scratch */
+    struct grad_s *G;
 } job_t;
 
 /* per-block activations of one head: z (pre-activation), s = sigmoid(z), a = z s */
-typedef struct {
+typedef struct block_s {
     vf xt[MAX_IN][NV];
     vf z[MAX_LAYERS][MAX_HIDDEN][NV], s[MAX_LAYERS][MAX_HIDDEN][NV], a[MAX_LAYERS][MAX_HIDDEN][NV];
 } block_t;
@@ -151,10 +156,9 @@ INLINE void output_row(const block_t *B, int L, int K, const float *w, float bia
     for (int v = 0; v < NV; v++) acc[v] += acc2[v];
 }
 
-static void *forward_worker(void *arg) {
-    const job_t *j = arg;
-    block_t *B = aligned_alloc(64, sizeof(block_t));
-    if (!B) return (void *)1;
+/* B and G: this thread's scratch; restrict, or the compiler must assume that its stores may
+ * change the weights */
+__attribute__((noinline)) static void forward_chunk(const job_t *j, block_t *restrict B) {
     const int K = j->hidden, L = j->layers;
     for (int h = 0; h < j->heads; h++) {
         for (int64_t e = j->e0; e < j->e1; e += BLOCK) {
@@ -168,12 +172,10 @@ static void *forward_worker(void *arg) {
             }
         }
     }
-    free(B);
-    return NULL;
 }
 
 /* backward of one head over the thread's edges; lane accumulators, reduced at the end */
-typedef struct {
+typedef struct grad_s {
     vf gW[MAX_LAYERS + 1][MAX_HIDDEN][MAX_HIDDEN]; /* [layer][out][in]; layer 0 uses in < MAX_IN */
     vf gb[MAX_LAYERS + 1][MAX_HIDDEN];
     vf g[2][MAX_HIDDEN][NV];                        /* d/da (ping) and d/dz (pong) */
@@ -199,14 +201,30 @@ static void transposed_product(const float *W, int K, int n_in, vf (*gz)[NV], vf
     for (; i < n_in; i++) transposed_rows(W, K, n_in, i, 1, gz, out);
 }
 
+/* acc[k .. k + Q - 1][i .. i + R - 1] += gz[k] in[i] over the block's vectors; a tile, so that
+ * each accumulator is loaded and stored once per block and each gz[k], in[i] once per tile */
+INLINE void outer_tile(vf (*acc)[MAX_HIDDEN], vf (*gz)[NV], const vf (*in)[NV], int k, int i, const int Q,
+                       const int R) {
+    vf t[4][2];
+    for (int q = 0; q < Q; q++)
+        for (int r = 0; r < R; r++) t[q][r] = acc[k + q][i + r];
+    for (int v = 0; v < NV; v++)
+        for (int q = 0; q < Q; q++)
+            for (int r = 0; r < R; r++) t[q][r] += gz[k + q][v] * in[i + r][v];
+    for (int q = 0; q < Q; q++)
+        for (int r = 0; r < R; r++) acc[k + q][i + r] = t[q][r];
+}
+
 /* lane accumulators of a weight gradient: acc[k][i] += gz[k] in[i] over the block's vectors */
 static void accumulate_outer(vf (*acc)[MAX_HIDDEN], vf (*gz)[NV], const vf (*in)[NV], int K, int n_in) {
-    for (int k = 0; k < K; k++)
-        for (int i = 0; i < n_in; i++) {
-            vf t = acc[k][i];
-            for (int v = 0; v < NV; v++) t += gz[k][v] * in[i][v];
-            acc[k][i] = t;
-        }
+    int k = 0;
+    for (; k + 4 <= K; k += 4) {
+        int i = 0;
+        for (; i + 2 <= n_in; i += 2) outer_tile(acc, gz, in, k, i, 4, 2);
+        for (; i < n_in; i++) outer_tile(acc, gz, in, k, i, 4, 1);
+    }
+    for (; k < K; k++)
+        for (int i = 0; i < n_in; i++) outer_tile(acc, gz, in, k, i, 1, 1);
 }
 
 static float hsum(vf a) {
@@ -215,16 +233,12 @@ static float hsum(vf a) {
     return s;
 }
 
-static void *backward_worker(void *arg) {
-    job_t *j = arg;
-    block_t *B = aligned_alloc(64, sizeof(block_t));
-    grad_t *G = aligned_alloc(64, sizeof(grad_t));
-    if (!B || !G) { free(B); free(G); return (void *)1; }
+__attribute__((noinline)) static void backward_chunk(job_t *j, block_t *restrict B, grad_t *restrict G) {
     const int K = j->hidden, I = j->in, L = j->layers, O = j->outs;
     for (int h = 0; h < j->heads; h++) {
         for (int m = 0; m <= L; m++) {
             memset(G->gb[m], 0, sizeof G->gb[m]);
-            for (int k = 0; k < (m == L ? O : K); k++) memset(G->gW[m][k], 0, sizeof G->gW[m][k]);
+            for (int k = 0; k < (m == L ? O : K); k++) memset(G->gW[m][k], 0, (m == L ? K : m ? K : I) * sizeof(vf));
         }
         const float *wL = j->W[L] + (int64_t)h * O * K;
         for (int64_t e = j->e0; e < j->e1; e += BLOCK) {
@@ -287,9 +301,6 @@ static void *backward_worker(void *arg) {
             }
         }
     }
-    free(B);
-    free(G);
-    return NULL;
 }
 
 static int64_t param_size(const job_t *j, int m, int bias) {
@@ -297,22 +308,28 @@ static int64_t param_size(const job_t *j, int m, int bias) {
     return (int64_t)j->heads * out * (bias ? 1 : inp);
 }
 
-/* Returns 0 on success, 1 for unsupported sizes, 2 for out of memory. */
+/* Returns 0 on success, 1 for unsupported sizes, 2 for out of memory.
+ *
+ * The edges are handed out in chunks of CHUNK blocks, dynamically: the two cores of a shared
+ * virtual machine often run at different speeds, and a static split waits for the slower one.
+ * A chunk is large enough that reducing the backward's lane accumulators once per chunk and
+ * head costs about 1% of the chunk. */
+#define CHUNK 64
 static int run(job_t *base, int nthreads, int backward) {
     if (base->in < 1 || base->in > MAX_IN || base->hidden < 1 || base->hidden > MAX_HIDDEN ||
         base->layers < 1 || base->layers > MAX_LAYERS || base->heads < 1 || base->outs < 1 ||
         base->outs > MAX_HIDDEN)
         return 1;
-    int64_t blocks = (base->E + BLOCK - 1) / BLOCK;
-    if (nthreads > blocks) nthreads = (int)blocks;
+    const int64_t blocks = (base->E + BLOCK - 1) / BLOCK, chunks = (blocks + CHUNK - 1) / CHUNK;
+    if (nthreads > chunks) nthreads = (int)chunks;
     if (nthreads < 1) nthreads = 1;
     job_t *jobs = calloc(nthreads, sizeof(job_t));
     int err = !jobs;
     for (int t = 0; t < nthreads && !err; t++) {
         jobs[t] = *base;
-        jobs[t].e0 = blocks * t / nthreads * BLOCK;
-        jobs[t].e1 = blocks * (t + 1) / nthreads * BLOCK;
-        if (jobs[t].e1 > base->E) jobs[t].e1 = base->E;
+        jobs[t].B = aligned_alloc(64, sizeof(block_t));
+        jobs[t].G = backward ? aligned_alloc(64, sizeof(grad_t)) : NULL;
+        err = !jobs[t].B || (backward && !jobs[t].G);
         if (backward && t > 0) { /* thread 0 accumulates into the caller's (zeroed) outputs */
             for (int m = 0; m <= base->layers && !err; m++) {
                 jobs[t].gW[m] = calloc(param_size(base, m, 0), 4);
@@ -321,16 +338,32 @@ static int run(job_t *base, int nthreads, int backward) {
             }
         }
     }
-    void *(*worker)(void *) = backward ? backward_worker : forward_worker;
     if (!err) {
         /* OpenMP: in a process that has loaded torch, libgomp.so.1 is torch's own, so these are
          * the threads of torch's intra-op pool (separate threads would compete with its spinning
          * workers for the cores) */
-#pragma omp parallel for num_threads(nthreads) schedule(static, 1) reduction(| : err)
-        for (int t = 0; t < nthreads; t++) err |= worker(&jobs[t]) != NULL;
+#pragma omp parallel num_threads(nthreads)
+        {
+#ifdef _OPENMP
+            job_t *j = &jobs[omp_get_thread_num()];
+#else
+            job_t *j = &jobs[0];
+#endif
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t c = 0; c < chunks; c++) {
+                j->e0 = c * CHUNK * BLOCK;
+                j->e1 = j->e0 + CHUNK * BLOCK < base->E ? j->e0 + CHUNK * BLOCK : base->E;
+                if (backward) backward_chunk(j, j->B, j->G);
+                else forward_chunk(j, j->B);
+            }
+        }
     }
-    if (backward && jobs) {
-        for (int t = 1; t < nthreads; t++)
+    if (jobs) {
+        for (int t = 0; t < nthreads; t++) {
+            free(jobs[t].B);
+            free(jobs[t].G);
+        }
+        for (int t = 1; t < nthreads && backward; t++)
             for (int m = 0; m <= base->layers; m++) {
                 int64_t nw = param_size(base, m, 0);
                 int64_t nb = param_size(base, m, 1);

@@ -13,8 +13,8 @@
  * The sigmoid inside SiLU is written out (range reduction and a polynomial, see sigmoid()), so
  * that it costs about twenty vector instructions and no call.
  *
- * Threads: OpenMP over contiguous edge ranges (serial where built without it); each thread
- * accumulates its own weight gradients, summed by the calling thread at the end.
+ * Threads: OpenMP over chunks of edges, handed out dynamically (serial where built without it);
+ * each thread accumulates its own weight gradients, summed by the calling thread at the end.
  * Built and loaded by _native/__init__.py.
  */
 #include <stdint.h>

@@ -42,7 +42,7 @@ def test_native_threads_are_torchs_openmp_threads():
 
 
 @pytest.mark.parametrize("E,n_in,hidden,heads,layers,outs", [
-    (1, 2, 16, 4, 3, 1),      # one edge: 15 padded lanes
+    (1, 2, 16, 4, 3, 1),      # one edge: the rest of its block padded
     (37, 3, 16, 4, 3, 1),     # the LieTransformer's SE(2) kernel, ragged last block
     (1000, 5, 7, 3, 4, 1),    # hidden width not a multiple of 4, three hidden layers
     (300, 1, 32, 2, 2, 1),    # widest hidden layer, one input

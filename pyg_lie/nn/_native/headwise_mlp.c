@@ -25,7 +25,8 @@
 #endif
 
 #define VW 8          /* floats per vector */
-#define NV 2          /* vectors per block: independent chains for the FMA pipes */
+#define NV 4          /* vectors per block */
+#define QT (8 / NV)   /* rows per register tile: QT * NV = 8 independent FMA chains for the two pipes */
 #define BLOCK (VW * NV)
 #define MAX_HIDDEN 32
 #define MAX_LAYERS 4  /* hidden layers */
@@ -114,11 +115,11 @@ INLINE void activate(block_t *B, int m, int k, int v, vf z, int keep_z) {
 }
 
 /* outputs k .. k + Q - 1 of hidden layer m, W (K, n_in) applied to in[n_in][NV] (the block's
- * input for m = 0, the previous layer's activations otherwise); Q = 4: eight independent FMA
+ * input for m = 0, the previous layer's activations otherwise); Q = QT: eight independent FMA
  * chains */
 INLINE void hidden_rows(block_t *B, const float *W, const float *b, const vf (*in)[NV], int n_in, int m, int k,
                         const int Q, int keep_z) {
-    vf acc[4][NV];
+    vf acc[QT][NV];
     for (int q = 0; q < Q; q++)
         for (int v = 0; v < NV; v++) acc[q][v] = splat(b[k + q]);
     for (int i = 0; i < n_in; i++)
@@ -136,7 +137,7 @@ static void hidden_forward(const job_t *j, int h, block_t *B, int keep_z) {
         const vf (*in)[NV] = m ? (const vf (*)[NV])B->a[m - 1] : (const vf (*)[NV])B->xt;
         const float *W = j->W[m] + (int64_t)h * K * n_in, *b = j->b[m] + (int64_t)h * K;
         int k = 0;
-        for (; k + 4 <= K; k += 4) hidden_rows(B, W, b, in, n_in, m, k, 4, keep_z);
+        for (; k + QT <= K; k += QT) hidden_rows(B, W, b, in, n_in, m, k, QT, keep_z);
         for (; k < K; k++) hidden_rows(B, W, b, in, n_in, m, k, 1, keep_z);
     }
 }
@@ -184,7 +185,7 @@ typedef struct grad_s {
 /* out[i .. i + Q - 1] = (W^T gz)[i .. i + Q - 1] for W (K, n_in) */
 INLINE void transposed_rows(const float *W, int K, int n_in, int i, const int Q, vf (*gz)[NV],
                             vf (*out)[NV]) {
-    vf acc[4][NV];
+    vf acc[QT][NV];
     for (int q = 0; q < Q; q++)
         for (int v = 0; v < NV; v++) acc[q][v] = splat(0.0f);
     for (int k = 0; k < K; k++)
@@ -194,10 +195,10 @@ INLINE void transposed_rows(const float *W, int K, int n_in, int i, const int Q,
         for (int v = 0; v < NV; v++) out[i + q][v] = acc[q][v];
 }
 
-/* out = W^T gz for W (K, n_in), four inputs at a time */
+/* out = W^T gz for W (K, n_in), QT inputs at a time */
 static void transposed_product(const float *W, int K, int n_in, vf (*gz)[NV], vf (*out)[NV]) {
     int i = 0;
-    for (; i + 4 <= n_in; i += 4) transposed_rows(W, K, n_in, i, 4, gz, out);
+    for (; i + QT <= n_in; i += QT) transposed_rows(W, K, n_in, i, QT, gz, out);
     for (; i < n_in; i++) transposed_rows(W, K, n_in, i, 1, gz, out);
 }
 

@@ -44,7 +44,7 @@ def test_native_threads_are_torchs_openmp_threads():
 @pytest.mark.parametrize("E,n_in,hidden,heads,layers,outs", [
     (1, 2, 16, 4, 3, 1),      # one edge: the rest of its block padded
     (37, 3, 16, 4, 3, 1),     # the LieTransformer's SE(2) kernel, ragged last block
-    (1000, 5, 7, 3, 4, 1),    # hidden width not a multiple of 4, three hidden layers
+    (1000, 5, 7, 3, 4, 1),    # odd hidden width (a row outside the register tiles), three hidden layers
     (300, 1, 32, 2, 2, 1),    # widest hidden layer, one input
     (257, 16, 9, 1, 5, 1),    # widest input, four hidden layers, one head
     (500, 3, 16, 1, 3, 4),    # one shared MLP with four outputs (the default location kernel)
@@ -75,7 +75,8 @@ def test_native_matches_float64_reference(E, n_in, hidden, heads, layers, outs):
 def test_native_threads_agree():
     torch.manual_seed(1)
     m = HeadwiseMLP(3, 16, 4, 3)
-    x, params, g = torch.randn(5003, 3), [p.detach() for p in m.params()], torch.randn(4, 5003)
+    # 20003 edges: ten chunks of 2048, so every thread count takes several, in any order
+    x, params, g = torch.randn(20003, 3), [p.detach() for p in m.params()], torch.randn(4, 20003)
     n = torch.get_num_threads()
     try:
         res = []

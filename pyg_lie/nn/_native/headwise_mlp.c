@@ -239,7 +239,7 @@ __attribute__((noinline)) static void backward_chunk(job_t *j, block_t *restrict
     for (int h = 0; h < j->heads; h++) {
         for (int m = 0; m <= L; m++) {
             memset(G->gb[m], 0, sizeof G->gb[m]);
-            for (int k = 0; k < (m == L ? O : K); k++) memset(G->gW[m][k], 0, (m == L ? K : m ? K : I) * sizeof(vf));
+            for (int k = 0; k < (m == L ? O : K); k++) memset(G->gW[m][k], 0, (m ? K : I) * sizeof(vf));
         }
         const float *wL = j->W[L] + (int64_t)h * O * K;
         for (int64_t e = j->e0; e < j->e1; e += BLOCK) {

@@ -175,7 +175,8 @@ __attribute__((noinline)) static void forward_chunk(const job_t *j, block_t *res
     }
 }
 
-/* backward of one head over the thread's edges; lane accumulators, reduced at the end */
+/* lane accumulators of the backward, per thread; zeroed per head and chunk and reduced into the
+ * thread's gradients at the end of both */
 typedef struct grad_s {
     vf gW[MAX_LAYERS + 1][MAX_HIDDEN][MAX_HIDDEN]; /* [layer][out][in]; layer 0 uses in < MAX_IN */
     vf gb[MAX_LAYERS + 1][MAX_HIDDEN];
@@ -314,7 +315,7 @@ static int64_t param_size(const job_t *j, int m, int bias) {
  * The edges are handed out in chunks of CHUNK blocks, dynamically: the two cores of a shared
  * virtual machine often run at different speeds, and a static split waits for the slower one.
  * A chunk is large enough that reducing the backward's lane accumulators once per chunk and
- * head costs about 1% of the chunk. */
+ * head costs about 1% of the chunk (an estimate from instruction counts, not a measurement). */
 #define CHUNK 64
 static int run(job_t *base, int nthreads, int backward) {
     if (base->in < 1 || base->in > MAX_IN || base->hidden < 1 || base->hidden > MAX_HIDDEN ||

@@ -1,20 +1,21 @@
 """Sorting of int64 keys, the step that puts edges in ``(target, source)`` order.
 
-On CPU, ``torch.sort`` of fewer than about 2^16 int64 values takes a slow serial
-path: measured on the 2-core CPU (torch 2.14, numpy 1.26, median of 30), 30k keys
-sort in 1.22 ms (argsort 1.25 ms) against 0.11 ms for numpy's vectorised
-quicksort; above that torch's parallel sort is on par or faster for argsort.
-So on CPU (outside ``torch.compile``)
+Comparison sorts are slow here: on the 2-core dev CPU (torch 2.14, numpy 1.26, no
+AVX-512) numpy's quicksort of 32k random int64 keys took about 2 ms and torch's
+sort 2.4 ms (median of 31). The keys are bounded integers (``target * N +
+source``), so on CPU (outside ``torch.compile``) both functions use the native
+stable radix sort (:func:`pyg_lie.nn._native.radix_sort`, linear time, a few
+passes of 11-bit digits). Without the native kernels (no C compiler, or
+``PYG_LIE_NATIVE=0``):
 
-* :func:`sort_keys` sorts with numpy at any size (0.4 vs 0.9 ms at 100k keys,
-  26 vs 40 ms at 4M), and
+* :func:`sort_keys` sorts with numpy at any size, and
 * :func:`argsort_keys` sorts the packed keys ``key * E + position`` with numpy
-  below :data:`NUMPY_ARGSORT_MAX` keys (0.18 vs 1.25 ms at 30k; unique packed keys
-  make the unstable sort a stable argsort), torch's stable sort otherwise.
+  below :data:`NUMPY_ARGSORT_MAX` keys (unique packed keys make the unstable sort
+  a stable argsort), torch's stable sort otherwise.
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
@@ -32,10 +33,22 @@ def _numpy_ok(key: Tensor) -> bool:
     return key.device.type == "cpu" and key.numel() > 1 and not _is_compiling()
 
 
+def _radix(key: Tensor, perm: bool) -> Optional[Tuple[Tensor, Optional[Tensor]]]:
+    """The native radix sort's ``(sorted, perm)``, or ``None`` where it does not apply."""
+    from .nn import _native  # imported here: pyg_lie.nn imports this module
+
+    if key.dtype != torch.int64 or not _native.available():
+        return None
+    return _native.radix_sort(key, perm=perm)
+
+
 def sort_keys(key: Tensor) -> Tensor:
     """Ascending copy of the int64 ``key (E,)``."""
     if not _numpy_ok(key):
         return torch.sort(key).values
+    r = _radix(key, perm=False)
+    if r is not None:
+        return r[0]
     return torch.from_numpy(np.sort(key.numpy()))
 
 
@@ -43,6 +56,9 @@ def argsort_keys(key: Tensor) -> Tuple[Tensor, Tensor]:
     """``(sorted key, perm)`` with ``sorted = key[perm]`` for the int64 ``key (E,)``; stable
     (equal keys keep their order)."""
     E = key.numel()
+    r = _radix(key, perm=True) if _numpy_ok(key) else None
+    if r is not None:
+        return r
     if (not _numpy_ok(key) or E > NUMPY_ARGSORT_MAX or int(key.min()) < 0
             or int(key.max()) > (2 ** 63 - 1) // E - 1):  # key * E + position must fit in int64
         return torch.sort(key, stable=True)

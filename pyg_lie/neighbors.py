@@ -302,19 +302,15 @@ def _search(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor], batch_y: 
         src, tgt = fn(xs.to(sdt), ys.to(sdt), gx, gy, num_graphs, rc, same)
     if same:
         # the candidate set is symmetric: decide each unordered pair once
-        keep = src < tgt
-        src, tgt = src[keep], tgt[keep]
+        src, tgt = _masked(src < tgt, src, tgt)
     if perm_x is not None:
         src, tgt = perm_x[src], perm_y[tgt]
 
     d2 = None
     if not all_pairs or k is not None:
-        x64 = x.double()
-        y64 = x64 if same else y.double()
-        d2 = (x64[src] - y64[tgt]).pow(2).sum(1)
+        d2 = _squared_distances(x, y if not same else x, src, tgt)
     if not all_pairs:
-        keep = d2 <= r * r
-        src, tgt, d2 = src[keep], tgt[keep], d2[keep]
+        src, tgt, d2 = _masked(d2 <= r * r, src, tgt, d2)
     if same:
         parts_s, parts_t, parts_d = [src, tgt], [tgt, src], [d2, d2]
         if loop:
@@ -346,6 +342,24 @@ def _search(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor], batch_y: 
         mask[keep_sorted] = True
         src, tgt = src[mask], tgt[mask]
     return torch.stack([src, tgt])
+
+
+def _masked(keep: Tensor, *ts: Tensor) -> Tuple[Tensor, ...]:
+    """``t[keep]`` for every ``t``, with one ``nonzero`` for all, and none where all are kept."""
+    if bool(keep.all()):
+        return ts
+    idx = keep.nonzero().squeeze(1)
+    return tuple(t.index_select(0, idx) for t in ts)
+
+
+def _squared_distances(x: Tensor, y: Tensor, src: Tensor, tgt: Tensor) -> Tensor:
+    """``|x_src - y_tgt|^2`` in float64, ``(E,)``; summed column by column (a reduction over a
+    short last axis is several times slower than a few elementwise passes)."""
+    d2 = torch.zeros(src.numel(), dtype=torch.float64, device=src.device)
+    for c in range(x.size(1)):
+        diff = x[:, c].double().index_select(0, src) - y[:, c].double().index_select(0, tgt)
+        d2.addcmul_(diff, diff)
+    return d2
 
 
 def _all_pairs(gxs: Tensor, gys: Tensor, num_graphs: int) -> Tuple[Tensor, Tensor]:

@@ -111,7 +111,7 @@ class CSRStructure:
             return self.crow, self.col, None, None, None, None
         if self.perm_t is not None:
             return self.crow, self.col, self.crow_t, self.col_t, self.perm_t, self.iperm_t
-        perm_t = argsort_keys(self.col * self.num_nodes + self.row)[1]  # (src, dst) order
+        perm_t = argsort_keys(self.col)[1]  # (src, dst) order: stable, and the edges are in dst order
         iperm_t = torch.empty_like(perm_t).index_copy_(0, perm_t, torch.arange(perm_t.numel(),
                                                                                 device=perm_t.device))
         crow_t = _row_pointer(self.col.index_select(0, perm_t), self.num_nodes)

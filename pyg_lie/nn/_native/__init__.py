@@ -4,7 +4,8 @@
 ``headwise_mlp.c`` (float32, CPU): one MLP per head (:class:`~pyg_lie.nn._edge_mlp.HeadwiseMLP`)
 or one shared ``Linear``/``SiLU`` MLP (a single "head" with several outputs).
 :func:`csr_sddmm` / :func:`csr_spmm` run the multi-head CSR products of ``csr_products.c``
-(float32 and float64, CPU) behind :mod:`pyg_lie.nn._sparse_ops`. The ``*.c`` files here are
+(float32 and float64, CPU) behind :mod:`pyg_lie.nn._sparse_ops`, and :func:`radix_sort` the
+stable radix sort of ``radix_sort.c`` behind :mod:`pyg_lie._sort`. The ``*.c`` files here are
 built into one shared library, once per sources, compiler flags and CPU, into
 ``$PYG_LIE_CACHE`` (default ``$XDG_CACHE_HOME/pyg_lie`` or ``~/.cache/pyg_lie``) with
 ``-O3 -march=native -fopenmp``; it needs only a C compiler (``$CC`` or ``cc``), no PyTorch
@@ -27,13 +28,13 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 __all__ = ["available", "uses_openmp", "headwise_supported", "headwise_forward", "headwise_backward",
-           "csr_supported", "csr_sddmm", "csr_spmm", "library_path"]
+           "csr_supported", "csr_sddmm", "csr_spmm", "radix_sort", "library_path"]
 
 _SOURCES = sorted(Path(__file__).parent.glob("*.c"))
 _FLAGS = ["-O3", "-fPIC", "-shared", "-fno-math-errno", "-std=gnu11"]
@@ -134,6 +135,9 @@ def _load() -> Optional[ctypes.CDLL]:
             fn = getattr(lib, name)
             fn.argtypes = [*[ctypes.c_int64] * 4, *[ctypes.c_void_p] * 5, ctypes.c_int]
             fn.restype = ctypes.c_int
+        lib.radix_sort_i64.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                       ctypes.c_void_p, ctypes.c_void_p]
+        lib.radix_sort_i64.restype = ctypes.c_int
         _lib = lib
         return lib
 
@@ -244,3 +248,21 @@ def csr_spmm(w: Tensor, V: Tensor, crow: Tensor, col: Tensor) -> Tensor:
     w, V = w.contiguous(), V.contiguous()
     out = V.new_empty(crow.numel() - 1, V.shape[1], V.shape[2])
     return _csr_call("spmm", w, V, crow, col, out, V.shape[1], V.shape[2])
+
+
+def radix_sort(key: Tensor, perm: bool = True) -> Optional[Tuple[Tensor, Optional[Tensor]]]:
+    """``(sorted, perm)`` of the int64 CPU tensor ``key (n,)`` of values ``>= 0``, stable
+    (``sorted = key[perm]``, equal keys in their input order; ``perm`` is ``None`` unless
+    asked for). Linear time (a radix sort), unlike torch's and numpy's comparison sorts.
+    ``None`` when a key is negative, or keys and positions need more than 63 bits together
+    (``key.max() * n >= 2^63``): the caller sorts otherwise."""
+    if key.dtype != torch.int64 or key.dim() != 1 or key.device.type != "cpu":
+        raise ValueError(f"radix_sort takes a 1-D int64 CPU tensor, got {key.dtype} of shape "
+                         f"{tuple(key.shape)} on {key.device}")
+    key = key.contiguous()
+    n = key.numel()
+    top = int(key.max()) if n else 0
+    out, order, tmp = torch.empty_like(key), torch.empty_like(key) if perm else None, torch.empty_like(key)
+    rc = _library().radix_sort_i64(n, key.data_ptr(), top.bit_length(), out.data_ptr(),
+                                   order.data_ptr() if perm else None, tmp.data_ptr())
+    return None if rc else (out, order)

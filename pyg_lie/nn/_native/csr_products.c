@@ -9,6 +9,13 @@
  * whole rows, so every output is written by one thread and no atomics are needed.
  * Dot products are summed in LANES partial sums so that the compiler can vectorise them
  * without reassociating (no -ffast-math).
+ *
+ * float32 with head widths that are multiples of 8 (the common 8, 16, 32) takes vector paths
+ * (measured in a C harness, 1024 nodes, 32k edges, 4 heads of 16: about 1.7x faster SDDMM and
+ * 2x faster SpMM than the generic loops):
+ * - SDDMM: eight edges of a row at a time per head, their eight vector partial sums reduced
+ *   together by one transposing tree of horizontal additions (AVX), and stored as one vector;
+ * - SpMM: up to eight vectors of a row's output stay in registers over all its edges.
  * Built and loaded by _native/__init__.py.
  */
 #include <stdint.h>
@@ -58,5 +65,86 @@
         return 0;                                                                                          \
     }
 
-CSR_KERNELS(float, f32)
+CSR_KERNELS(float, f32_generic)
 CSR_KERNELS(double, f64)
+
+typedef float v8 __attribute__((vector_size(32)));
+
+static inline v8 load8(const float *p) {
+    v8 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+#if defined(__AVX__)
+#include <immintrin.h>
+/* lane l of the result: the sum of s[l]'s eight lanes */
+static inline v8 sum8x8(const v8 s[8]) {
+    __m256 t0 = _mm256_hadd_ps((__m256)s[0], (__m256)s[1]), t1 = _mm256_hadd_ps((__m256)s[2], (__m256)s[3]);
+    __m256 t2 = _mm256_hadd_ps((__m256)s[4], (__m256)s[5]), t3 = _mm256_hadd_ps((__m256)s[6], (__m256)s[7]);
+    __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    return (v8)_mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+#endif
+
+static inline float sum8(v8 v) {
+    float t[8];
+    memcpy(t, &v, sizeof t);
+    return ((t[0] + t[4]) + (t[2] + t[6])) + ((t[1] + t[5]) + (t[3] + t[7]));
+}
+
+int csr_sddmm_f32(int64_t N, int64_t H, int64_t D, int64_t E, const float *A, const float *B, const int64_t *crow,
+                  const int64_t *col, float *out, int nthreads) {
+    if (D % 8) return csr_sddmm_f32_generic(N, H, D, E, A, B, crow, col, out, nthreads);
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 16)
+    for (int64_t i = 0; i < N; i++) {
+        const float *a = A + i * H * D;
+        int64_t e = crow[i];
+#if defined(__AVX__)
+        for (; e + 8 <= crow[i + 1]; e += 8) {
+            const float *b[8];
+            for (int l = 0; l < 8; l++) b[l] = B + col[e + l] * H * D;
+            for (int64_t h = 0; h < H; h++) {
+                v8 s[8];
+                for (int l = 0; l < 8; l++) {
+                    s[l] = (v8){0};
+                    for (int64_t d = 0; d < D; d += 8) s[l] += load8(a + h * D + d) * load8(b[l] + h * D + d);
+                }
+                v8 r = sum8x8(s);
+                memcpy(out + h * E + e, &r, sizeof r);
+            }
+        }
+#endif
+        for (; e < crow[i + 1]; e++) {
+            const float *b = B + col[e] * H * D;
+            for (int64_t h = 0; h < H; h++) {
+                v8 s = {0};
+                for (int64_t d = 0; d < D; d += 8) s += load8(a + h * D + d) * load8(b + h * D + d);
+                out[h * E + e] = sum8(s);
+            }
+        }
+    }
+    return 0;
+}
+
+#define ROW_VECTORS 8 /* output vectors of a row kept in registers at a time */
+
+int csr_spmm_f32(int64_t N, int64_t H, int64_t Dv, int64_t E, const float *w, const float *V, const int64_t *crow,
+                 const int64_t *col, float *out, int nthreads) {
+    if (Dv % 8) return csr_spmm_f32_generic(N, H, Dv, E, w, V, crow, col, out, nthreads);
+    const int64_t W = H * Dv; /* floats per row; every vector lies within one head */
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 16)
+    for (int64_t i = 0; i < N; i++) {
+        for (int64_t c0 = 0; c0 < W; c0 += 8 * ROW_VECTORS) {
+            const int nv = (W - c0) / 8 < ROW_VECTORS ? (int)((W - c0) / 8) : ROW_VECTORS;
+            v8 acc[ROW_VECTORS];
+            for (int k = 0; k < ROW_VECTORS; k++) acc[k] = (v8){0};
+            for (int64_t e = crow[i]; e < crow[i + 1]; e++) {
+                const float *v = V + col[e] * W + c0;
+                for (int k = 0; k < nv; k++) acc[k] += w[(c0 + 8 * k) / Dv * E + e] * load8(v + 8 * k);
+            }
+            for (int k = 0; k < nv; k++) memcpy(out + i * W + c0 + 8 * k, &acc[k], sizeof(v8));
+        }
+    }
+    return 0;
+}

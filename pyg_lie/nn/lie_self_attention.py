@@ -238,7 +238,7 @@ class LieSelfAttention(MessagePassing):
             loc = torch.cat([loc, invariants[dst], invariants[src]], dim=-1)
         loc = loc.to(x.dtype)
         if self.content == "dot_product":
-            kc = csr_scores(csr, q, k) / math.sqrt(D)  # (H, E)
+            kc = csr_scores(csr, q * (1.0 / math.sqrt(D)), k)  # (H, E); q scaled: (N, H, D) < (H, E)
         else:
             kc = (self.lcl_q(q.reshape(N, H * D))[dst] + self.lcl_k(k.reshape(N, H * D))[src]).t()
         # kc.t() leads the elementwise combination, so the scores keep its (H, E) memory

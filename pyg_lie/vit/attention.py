@@ -174,7 +174,7 @@ class EquivariantSelfAttention(MessagePassing):
         if csr is None:
             csr = CSRStructure.build(edge_index, N)
         q, k, v = (t.index_select(-1, self.head_perm).view(N, H, -1) for t in (self.q(x), self.k(x), self.v(x)))
-        score = csr_scores(csr, q, k) / math.sqrt(q.shape[-1])  # (H, E)
+        score = csr_scores(csr, q * (1.0 / math.sqrt(q.shape[-1])), k)  # (H, E); q scaled: (N, H, D) < (H, E)
         w = edge_attention(score.t(), csr.row, N, normalization=self.normalization, ptr=csr.crow,
                            degree=csr.degree).t().contiguous()  # (H, E)
         alpha = w.t()

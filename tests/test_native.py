@@ -305,3 +305,58 @@ def test_native_csr_products_only_for_cpu_float32_and_float64():
     assert not _native.csr_supported(A.half(), A.half())
     assert not _native.csr_supported(A, A.double())  # mixed precision: torch's kernels decide
     assert _native.csr_supported(A.double(), A.double())
+
+
+def _structure_fields(s):
+    return (s.perm, s.row, s.col, s.crow, s.degree, s.complete, s.perm_t, s.crow_t, s.col_t, s.iperm_t)
+
+
+def _equal_fields(a, b):
+    for x, y in zip(_structure_fields(a), _structure_fields(b)):
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            assert x is not None and y is not None and torch.equal(x, y)
+        else:
+            assert x == y
+
+
+def _graphs():
+    """Radius and complete graphs, lifted K = 1 and 3, a cloud with trailing isolated nodes,
+    random unsorted edges, no edges, and a uniform in-degree that is not complete."""
+    from pyg_lie.nn.lifted_edges import lifted_edges
+    gen = torch.Generator().manual_seed(0)
+    pos, batch = torch.randn(60, 2, generator=gen), torch.arange(3).repeat_interleave(20)
+    out = [(lifted_edges(pos, batch, K, r), 60 * K) for r in (None, 0.7) for K in (1, 3)]
+    out.append((lifted_edges(pos, batch, 1, 0.7), 75))
+    out.append((torch.randint(0, 50, (2, 300), generator=gen), 50))
+    out.append((torch.empty(2, 0, dtype=torch.long), 5))
+    node = torch.arange(12)
+    sources = torch.stack([node, (node + 5) % 12], 1).sort(dim=1).values.flatten()
+    out.append((torch.stack([sources, node.repeat_interleave(2)]), 12))  # degree 2, not complete
+    return out
+
+
+@pytest.mark.skipif(not _native.available(), reason="native kernels not built (no C compiler)")
+def test_native_graph_steps_match_torch(monkeypatch):
+    """The lifted edges (expand_edges) and CSRStructure.build with its transpose, native
+    against the torch formulation (PYG_LIE_NATIVE=0), exactly, including degree/complete."""
+    from pyg_lie.nn._sparse_ops import CSRStructure
+    from pyg_lie.nn.lifted_edges import base_graph, expand_edges
+    gen = torch.Generator().manual_seed(1)
+    pos, batch = torch.randn(50, 2, generator=gen), torch.arange(2).repeat_interleave(25)
+    cases = []
+    for r in (None, 0.6):
+        base = base_graph(pos, batch, r)
+        for K in (2, 4):
+            cases.append(expand_edges(base, 50, K))
+    structures = [(CSRStructure.build(ei, n, transpose=t), ei, n, t) for ei, n in _graphs() for t in (False, True)]
+    monkeypatch.setenv("PYG_LIE_NATIVE", "0")
+    i = 0
+    for r in (None, 0.6):
+        base = base_graph(pos, batch, r)
+        for K in (2, 4):
+            assert torch.equal(cases[i], expand_edges(base, 50, K))
+            i += 1
+    for s, ei, n, t in structures:
+        _equal_fields(s, CSRStructure.build(ei, n, transpose=t))
+    assert any(s.complete for s, *_ in structures) and any(s.degree and not s.complete for s, *_ in structures)
+    assert any(s.perm is not None for s, *_ in structures)  # the unsorted graph takes the sort

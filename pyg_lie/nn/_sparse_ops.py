@@ -84,8 +84,16 @@ class CSRStructure:
         pattern that gradients need (unless the structure is complete), so that blocks
         compiled on their own do not rebuild it on every call."""
         src, dst = edge_index[0], edge_index[1]
-        key = dst * num_nodes + src
         compiling = _is_compiling()
+        if not compiling and dst.device.type == "cpu" and _native.available():
+            scanned = _native.csr_scan(src, dst, num_nodes)  # sorted already: one pass in C
+            if scanned is not None:
+                crow, degree, complete = scanned
+                out = cls(None, dst, src, crow, num_nodes, degree, complete)
+                if transpose and not out.complete:
+                    out.parts(True)
+                return out
+        key = dst * num_nodes + src
         perm = None
         if compiling or (key.numel() > 1 and bool((key[1:] < key[:-1]).any())):
             perm = argsort_keys(key)[1]

@@ -32,6 +32,7 @@ from torch import Tensor
 
 from .._checks import nonnegative_float, optional_length, positive_int
 from ..groups import LieGroup
+from . import _native
 
 __all__ = ["full_graph", "base_graph", "expand_edges", "subsample_edges", "threshold_edges",
            "lifted_edges"]
@@ -97,6 +98,10 @@ def expand_edges(edge_index: Tensor, num_points: int, K: int) -> Tensor:
     if E == 0:
         return edge_index.new_empty(2, 0)
     deg = torch.bincount(dst, minlength=num_points)
+    if device.type == "cpu" and _native.available():  # one pass in C
+        ptr = torch.zeros(num_points + 1, dtype=torch.long)
+        torch.cumsum(deg, 0, out=ptr[1:])
+        return _native.expand_edges(ptr, src, K)
     ptr = torch.cumsum(deg, 0) - deg  # first base edge of each target
     # each base target i owns a block of K * deg_i * K lifted edges, laid out (a, e, b)
     block = deg * K * K

@@ -5,7 +5,9 @@
 or one shared ``Linear``/``SiLU`` MLP (a single "head" with several outputs).
 :func:`csr_sddmm` / :func:`csr_spmm` run the multi-head CSR products of ``csr_products.c``
 (float32 and float64, CPU) behind :mod:`pyg_lie.nn._sparse_ops`, and :func:`radix_sort` the
-stable radix sort of ``radix_sort.c`` behind :mod:`pyg_lie._sort`. The ``*.c`` files here are
+stable radix sort of ``radix_sort.c`` behind :mod:`pyg_lie._sort`, and :func:`expand_edges` the
+lifted edges of ``expand_edges.c``, and :func:`csr_scan` the CSR pointer of ``csr_scan.c``. The ``*.c``
+files here are
 built into one shared library, once per sources, compiler flags and CPU, into
 ``$PYG_LIE_CACHE`` (default ``$XDG_CACHE_HOME/pyg_lie`` or ``~/.cache/pyg_lie``) with
 ``-O3 -march=native -fopenmp``; it needs only a C compiler (``$CC`` or ``cc``), no PyTorch
@@ -34,7 +36,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["available", "uses_openmp", "headwise_supported", "headwise_forward", "headwise_backward",
-           "csr_supported", "csr_sddmm", "csr_spmm", "radix_sort", "library_path"]
+           "csr_supported", "csr_sddmm", "csr_spmm", "radix_sort", "expand_edges", "csr_scan", "library_path"]
 
 _SOURCES = sorted(Path(__file__).parent.glob("*.c"))
 _FLAGS = ["-O3", "-fPIC", "-shared", "-fno-math-errno", "-std=gnu11"]
@@ -138,6 +140,10 @@ def _load() -> Optional[ctypes.CDLL]:
         lib.radix_sort_i64.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
                                        ctypes.c_void_p, ctypes.c_void_p]
         lib.radix_sort_i64.restype = ctypes.c_int
+        lib.expand_edges_i64.argtypes = [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 4, ctypes.c_int]
+        lib.expand_edges_i64.restype = ctypes.c_int
+        lib.csr_scan_i64.argtypes = [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 4]
+        lib.csr_scan_i64.restype = ctypes.c_int
         _lib = lib
         return lib
 
@@ -266,3 +272,31 @@ def radix_sort(key: Tensor, perm: bool = True) -> Optional[Tuple[Tensor, Optiona
     rc = _library().radix_sort_i64(n, key.data_ptr(), top.bit_length(), out.data_ptr(),
                                    order.data_ptr() if perm else None, tmp.data_ptr())
     return None if rc else (out, order)
+
+
+def expand_edges(ptr: Tensor, col: Tensor, K: int) -> Tensor:
+    """``(2, E K^2)`` lifted edges (row 0 source, row 1 target) of the base CSR graph
+    ``ptr (N + 1,)``, ``col (E,)`` (int64, CPU, sources ascending within each target): lifted
+    target ``i K + a`` hears ``j K + b`` for every base source ``j`` of ``i`` and ``b < K``, in
+    (target, source) order."""
+    ptr, col = ptr.to(torch.int64).contiguous(), col.to(torch.int64).contiguous()
+    total = col.numel() * K * K
+    out = col.new_empty(2, total)
+    rc = _library().expand_edges_i64(ptr.numel() - 1, K, ptr.data_ptr(), col.data_ptr(), out[0].data_ptr(),
+                                     out[1].data_ptr(), torch.get_num_threads())
+    _check(rc, "expand_edges")
+    return out
+
+
+def csr_scan(src: Tensor, dst: Tensor, num_nodes: int) -> Optional[Tuple[Tensor, int, bool]]:
+    """For edges ``src, dst (E,)`` (int64, CPU) in ``(dst, src)`` order with every index in
+    ``[0, num_nodes)``: ``(crow (num_nodes + 1,), degree, complete)`` as in
+    :class:`~pyg_lie.nn._sparse_ops.CSRStructure`, in one pass; ``None`` otherwise (unsorted
+    or out of range), for the caller's general path."""
+    src, dst = src.to(torch.int64).contiguous(), dst.to(torch.int64).contiguous()
+    crow = dst.new_empty(num_nodes + 1)
+    info = dst.new_zeros(2)
+    if _library().csr_scan_i64(dst.numel(), num_nodes, src.data_ptr(), dst.data_ptr(), crow.data_ptr(),
+                               info.data_ptr()):
+        return None
+    return crow, int(info[0]), bool(info[1])

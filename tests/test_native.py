@@ -337,10 +337,11 @@ def _graphs():
 
 @pytest.mark.skipif(not _native.available(), reason="native kernels not built (no C compiler)")
 def test_native_graph_steps_match_torch(monkeypatch):
-    """The lifted edges (expand_edges) and CSRStructure.build with its transpose, native
-    against the torch formulation (PYG_LIE_NATIVE=0), exactly, including degree/complete."""
+    """The complete graphs (full_graph), the lifted edges (expand_edges) and CSRStructure.build
+    with its transpose, native against the torch formulation (PYG_LIE_NATIVE=0), exactly,
+    including degree/complete."""
     from pyg_lie.nn._sparse_ops import CSRStructure
-    from pyg_lie.nn.lifted_edges import base_graph, expand_edges
+    from pyg_lie.nn.lifted_edges import base_graph, expand_edges, full_graph
     gen = torch.Generator().manual_seed(1)
     pos, batch = torch.randn(50, 2, generator=gen), torch.arange(2).repeat_interleave(25)
     cases = []
@@ -349,7 +350,12 @@ def test_native_graph_steps_match_torch(monkeypatch):
         for K in (2, 4):
             cases.append(expand_edges(base, 50, K))
     structures = [(CSRStructure.build(ei, n, transpose=t), ei, n, t) for ei, n in _graphs() for t in (False, True)]
+    sizes = torch.tensor([3, 1, 7, 7, 2])  # graphs of different sizes, one of a single node
+    graph_ids = torch.arange(5).repeat_interleave(sizes)
+    complete = [full_graph(graph_ids, loop) for loop in (True, False)]
     monkeypatch.setenv("PYG_LIE_NATIVE", "0")
+    for loop, ei in zip((True, False), complete):
+        assert torch.equal(ei, full_graph(graph_ids, loop))
     i = 0
     for r in (None, 0.6):
         base = base_graph(pos, batch, r)

@@ -55,14 +55,19 @@ def full_graph(batch: Tensor, loop: bool = True) -> Tensor:
     if bool((batch[1:] < batch[:-1]).any()):
         raise ValueError("batch must be sorted (graphs stored contiguously, the PyG convention)")
     counts = torch.unique_consecutive(batch, return_counts=True)[1]
-    start = torch.cumsum(counts, 0) - counts  # first node of every graph
-    node_count = counts.repeat_interleave(counts)  # n_b of every node's graph
-    node_start = start.repeat_interleave(counts)
-    dst = torch.arange(N, device=device).repeat_interleave(node_count)
-    offset = torch.cumsum(node_count, 0) - node_count
-    local = torch.arange(dst.numel(), device=device) - offset.repeat_interleave(node_count)
-    src = node_start.repeat_interleave(node_count) + local
-    ei = torch.stack([src, dst])
+    if device.type == "cpu" and _native.available():  # one pass in C
+        ends = torch.zeros(counts.numel() + 1, dtype=torch.long)
+        torch.cumsum(counts, 0, out=ends[1:])
+        ei = _native.complete_edges(ends)
+    else:
+        start = torch.cumsum(counts, 0) - counts  # first node of every graph
+        node_count = counts.repeat_interleave(counts)  # n_b of every node's graph
+        node_start = start.repeat_interleave(counts)
+        dst = torch.arange(N, device=device).repeat_interleave(node_count)
+        offset = torch.cumsum(node_count, 0) - node_count
+        local = torch.arange(dst.numel(), device=device) - offset.repeat_interleave(node_count)
+        src = node_start.repeat_interleave(node_count) + local
+        ei = torch.stack([src, dst])
     if not loop:
         ei = ei[:, ei[0] != ei[1]]
     return ei

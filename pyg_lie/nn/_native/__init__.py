@@ -5,8 +5,8 @@
 or one shared ``Linear``/``SiLU`` MLP (a single "head" with several outputs).
 :func:`csr_sddmm` / :func:`csr_spmm` run the multi-head CSR products of ``csr_products.c``
 (float32 and float64, CPU) behind :mod:`pyg_lie.nn._sparse_ops`, and :func:`radix_sort` the
-stable radix sort of ``radix_sort.c`` behind :mod:`pyg_lie._sort`, and :func:`expand_edges` the
-lifted edges of ``expand_edges.c``, and :func:`csr_scan` the CSR pointer of ``csr_scan.c``. The ``*.c``
+stable radix sort of ``radix_sort.c`` behind :mod:`pyg_lie._sort`, and :func:`expand_edges` / :func:`complete_edges` the
+lifted and complete graphs' edges of ``edge_lists.c``, and :func:`csr_scan` the CSR pointer of ``csr_scan.c``. The ``*.c``
 files here are
 built into one shared library, once per sources, compiler flags and CPU, into
 ``$PYG_LIE_CACHE`` (default ``$XDG_CACHE_HOME/pyg_lie`` or ``~/.cache/pyg_lie``) with
@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["available", "uses_openmp", "headwise_supported", "headwise_forward", "headwise_backward",
-           "csr_supported", "csr_sddmm", "csr_spmm", "radix_sort", "expand_edges", "csr_scan", "library_path"]
+           "csr_supported", "csr_sddmm", "csr_spmm", "radix_sort", "expand_edges", "complete_edges", "csr_scan", "library_path"]
 
 _SOURCES = sorted(Path(__file__).parent.glob("*.c"))
 _FLAGS = ["-O3", "-fPIC", "-shared", "-fno-math-errno", "-std=gnu11"]
@@ -142,6 +142,8 @@ def _load() -> Optional[ctypes.CDLL]:
         lib.radix_sort_i64.restype = ctypes.c_int
         lib.expand_edges_i64.argtypes = [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 4, ctypes.c_int]
         lib.expand_edges_i64.restype = ctypes.c_int
+        lib.complete_edges_i64.argtypes = [ctypes.c_int64, *[ctypes.c_void_p] * 3, ctypes.c_int]
+        lib.complete_edges_i64.restype = ctypes.c_int
         lib.csr_scan_i64.argtypes = [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 4]
         lib.csr_scan_i64.restype = ctypes.c_int
         _lib = lib
@@ -285,6 +287,19 @@ def expand_edges(ptr: Tensor, col: Tensor, K: int) -> Tensor:
     rc = _library().expand_edges_i64(ptr.numel() - 1, K, ptr.data_ptr(), col.data_ptr(), out[0].data_ptr(),
                                      out[1].data_ptr(), torch.get_num_threads())
     _check(rc, "expand_edges")
+    return out
+
+
+def complete_edges(start: Tensor) -> Tensor:
+    """``(2, sum_b n_b^2)`` edges (row 0 source, row 1 target) of every ordered pair of nodes
+    of the same graph, self pairs included, in (target, source) order, graph ``b`` holding
+    nodes ``start[b] .. start[b + 1] - 1`` (``start (B + 1,)``, int64, CPU)."""
+    start = start.to(torch.int64).contiguous()
+    sizes = start[1:] - start[:-1]
+    out = start.new_empty(2, int((sizes * sizes).sum()))
+    rc = _library().complete_edges_i64(start.numel() - 1, start.data_ptr(), out[0].data_ptr(), out[1].data_ptr(),
+                                       torch.get_num_threads())
+    _check(rc, "complete_edges")
     return out
 
 

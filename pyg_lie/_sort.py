@@ -5,7 +5,7 @@ AVX-512) numpy's quicksort of 32k random int64 keys took about 2 ms and torch's
 sort 2.4 ms (median of 31). The keys are bounded integers (``target * N +
 source``), so on CPU (outside ``torch.compile``) both functions use the native
 stable radix sort (:func:`pyg_lie.nn._native.radix_sort`, linear time, a few
-passes of 11-bit digits). Without the native kernels (no C compiler, or
+passes of 8-bit digits). Without the native kernels (no C compiler, or
 ``PYG_LIE_NATIVE=0``):
 
 * :func:`sort_keys` sorts with numpy at any size, and

@@ -4,10 +4,11 @@
 ``headwise_mlp.c`` (float32, CPU): one MLP per head (:class:`~pyg_lie.nn._edge_mlp.HeadwiseMLP`)
 or one shared ``Linear``/``SiLU`` MLP (a single "head" with several outputs).
 :func:`csr_sddmm` / :func:`csr_spmm` run the multi-head CSR products of ``csr_products.c``
-(float32 and float64, CPU) behind :mod:`pyg_lie.nn._sparse_ops`, and :func:`radix_sort` the
-stable radix sort of ``radix_sort.c`` behind :mod:`pyg_lie._sort`, and :func:`expand_edges` / :func:`complete_edges` the
-lifted and complete graphs' edges of ``edge_lists.c``, and :func:`csr_scan` the CSR pointer of ``csr_scan.c``. The ``*.c``
-files here are
+(float32 and float64, CPU) behind :mod:`pyg_lie.nn._sparse_ops`. For building graphs:
+:func:`radix_sort` (``radix_sort.c``, the stable sort behind :mod:`pyg_lie._sort`),
+:func:`expand_edges` / :func:`complete_edges` (``edge_lists.c``, the lifted and complete
+graphs' edges of :mod:`pyg_lie.nn.lifted_edges`) and :func:`csr_scan` (``csr_scan.c``, the
+row pointer of :class:`~pyg_lie.nn._sparse_ops.CSRStructure`). The ``*.c`` files here are
 built into one shared library, once per sources, compiler flags and CPU, into
 ``$PYG_LIE_CACHE`` (default ``$XDG_CACHE_HOME/pyg_lie`` or ``~/.cache/pyg_lie``) with
 ``-O3 -march=native -fopenmp``; it needs only a C compiler (``$CC`` or ``cc``), no PyTorch
@@ -36,7 +37,8 @@ import torch
 from torch import Tensor
 
 __all__ = ["available", "uses_openmp", "headwise_supported", "headwise_forward", "headwise_backward",
-           "csr_supported", "csr_sddmm", "csr_spmm", "radix_sort", "expand_edges", "complete_edges", "csr_scan", "library_path"]
+           "csr_supported", "csr_sddmm", "csr_spmm", "radix_sort", "expand_edges", "complete_edges", "csr_scan",
+           "library_path"]
 
 _SOURCES = sorted(Path(__file__).parent.glob("*.c"))
 _FLAGS = ["-O3", "-fPIC", "-shared", "-fno-math-errno", "-std=gnu11"]

@@ -138,10 +138,14 @@ int csr_spmm_f32(int64_t N, int64_t H, int64_t Dv, int64_t E, const float *w, co
         for (int64_t c0 = 0; c0 < W; c0 += 8 * ROW_VECTORS) {
             const int nv = (W - c0) / 8 < ROW_VECTORS ? (int)((W - c0) / 8) : ROW_VECTORS;
             v8 acc[ROW_VECTORS];
-            for (int k = 0; k < ROW_VECTORS; k++) acc[k] = (v8){0};
+            const float *wk[ROW_VECTORS]; /* the weights of each vector's head */
+            for (int k = 0; k < ROW_VECTORS; k++) {
+                acc[k] = (v8){0};
+                wk[k] = w + (k < nv ? (c0 + 8 * k) / Dv : 0) * E;
+            }
             for (int64_t e = crow[i]; e < crow[i + 1]; e++) {
                 const float *v = V + col[e] * W + c0;
-                for (int k = 0; k < nv; k++) acc[k] += w[(c0 + 8 * k) / Dv * E + e] * load8(v + 8 * k);
+                for (int k = 0; k < nv; k++) acc[k] += wk[k][e] * load8(v + 8 * k);
             }
             for (int k = 0; k < nv; k++) memcpy(out + i * W + c0 + 8 * k, &acc[k], sizeof(v8));
         }

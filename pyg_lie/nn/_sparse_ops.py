@@ -42,6 +42,17 @@ def _row_pointer(sorted_rows: Tensor, num_nodes: int) -> Tensor:
     return torch.searchsorted(sorted_rows, torch.arange(num_nodes + 1, device=sorted_rows.device))
 
 
+def _degree_and_complete(crow: Tensor, src: Tensor, dst: Tensor, num_nodes: int) -> Tuple[int, bool]:
+    """:attr:`CSRStructure.degree` and :attr:`CSRStructure.complete` of sorted edges."""
+    deg = crow[1:] - crow[:-1]
+    degree = int(deg[0]) if num_nodes and bool((deg == deg[0]).all()) else 0
+    complete = False
+    if degree and num_nodes % degree == 0:  # is node i's source list its whole block?
+        local = torch.arange(degree, device=dst.device).repeat(num_nodes)
+        complete = bool((src - (dst - dst % degree) == local).all())
+    return degree, complete
+
+
 @dataclass
 class CSRStructure:
     """Edges sorted by ``(dst, src)`` plus the transposed ordering.
@@ -85,28 +96,20 @@ class CSRStructure:
         compiled on their own do not rebuild it on every call."""
         src, dst = edge_index[0], edge_index[1]
         compiling = _is_compiling()
+        scanned = None
         if not compiling and dst.device.type == "cpu" and _native.available():
-            scanned = _native.csr_scan(src, dst, num_nodes)  # sorted already: one pass in C
-            if scanned is not None:
-                crow, degree, complete = scanned
-                out = cls(None, dst, src, crow, num_nodes, degree, complete)
-                if transpose and not out.complete:
-                    out.parts(True)
-                return out
-        key = dst * num_nodes + src
+            scanned = _native.csr_scan(src, dst, num_nodes)  # edges already sorted: one pass in C
         perm = None
-        if compiling or (key.numel() > 1 and bool((key[1:] < key[:-1]).any())):
-            perm = argsort_keys(key)[1]
-            src, dst = src.index_select(0, perm), dst.index_select(0, perm)
-        crow = _row_pointer(dst, num_nodes)
-        if compiling:
-            return cls(perm, dst, src, crow, num_nodes)  # the transpose: built where needed
-        deg = crow[1:] - crow[:-1]
-        degree = int(deg[0]) if num_nodes and bool((deg == deg[0]).all()) else 0
-        complete = False
-        if degree and num_nodes % degree == 0:  # is node i's source list its whole block?
-            local = torch.arange(degree, device=dst.device).repeat(num_nodes)
-            complete = bool((src - (dst - dst % degree) == local).all())
+        if scanned is None:
+            key = dst * num_nodes + src
+            if compiling or (key.numel() > 1 and bool((key[1:] < key[:-1]).any())):
+                perm = argsort_keys(key)[1]
+                src, dst = src.index_select(0, perm), dst.index_select(0, perm)
+            crow = _row_pointer(dst, num_nodes)
+            if compiling:
+                return cls(perm, dst, src, crow, num_nodes)  # the transpose: built where needed
+            scanned = (crow, *_degree_and_complete(crow, src, dst, num_nodes))
+        crow, degree, complete = scanned
         out = cls(perm, dst, src, crow, num_nodes, degree, complete)
         if transpose and not complete:
             out.parts(True)

@@ -37,18 +37,18 @@ def _radix(key: Tensor, perm: bool) -> Optional[Tuple[Tensor, Optional[Tensor]]]
     """The native radix sort's ``(sorted, perm)``, or ``None`` where it does not apply."""
     from .nn import _native  # imported here: pyg_lie.nn imports this module
 
-    if key.dtype != torch.int64 or not _native.available():
+    if not _numpy_ok(key) or key.dtype != torch.int64 or not _native.available():
         return None
     return _native.radix_sort(key, perm=perm)
 
 
 def sort_keys(key: Tensor) -> Tensor:
     """Ascending copy of the int64 ``key (E,)``."""
-    if not _numpy_ok(key):
-        return torch.sort(key).values
     r = _radix(key, perm=False)
     if r is not None:
         return r[0]
+    if not _numpy_ok(key):
+        return torch.sort(key).values
     return torch.from_numpy(np.sort(key.numpy()))
 
 
@@ -56,7 +56,7 @@ def argsort_keys(key: Tensor) -> Tuple[Tensor, Tensor]:
     """``(sorted key, perm)`` with ``sorted = key[perm]`` for the int64 ``key (E,)``; stable
     (equal keys keep their order)."""
     E = key.numel()
-    r = _radix(key, perm=True) if _numpy_ok(key) else None
+    r = _radix(key, perm=True)
     if r is not None:
         return r
     if (not _numpy_ok(key) or E > NUMPY_ARGSORT_MAX or int(key.min()) < 0

@@ -139,8 +139,7 @@ def _load() -> Optional[ctypes.CDLL]:
             fn = getattr(lib, name)
             fn.argtypes = [*[ctypes.c_int64] * 4, *[ctypes.c_void_p] * 5, ctypes.c_int]
             fn.restype = ctypes.c_int
-        lib.radix_sort_i64.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
-                                       ctypes.c_void_p, ctypes.c_void_p]
+        lib.radix_sort_i64.argtypes = [ctypes.c_int64, *[ctypes.c_void_p] * 4]
         lib.radix_sort_i64.restype = ctypes.c_int
         lib.expand_edges_i64.argtypes = [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 4, ctypes.c_int]
         lib.expand_edges_i64.restype = ctypes.c_int
@@ -270,11 +269,9 @@ def radix_sort(key: Tensor, perm: bool = True) -> Optional[Tuple[Tensor, Optiona
         raise ValueError(f"radix_sort takes a 1-D int64 CPU tensor, got {key.dtype} of shape "
                          f"{tuple(key.shape)} on {key.device}")
     key = key.contiguous()
-    n = key.numel()
-    top = int(key.max()) if n else 0
     out, order, tmp = torch.empty_like(key), torch.empty_like(key) if perm else None, torch.empty_like(key)
-    rc = _library().radix_sort_i64(n, key.data_ptr(), top.bit_length(), out.data_ptr(),
-                                   order.data_ptr() if perm else None, tmp.data_ptr())
+    rc = _library().radix_sort_i64(key.numel(), key.data_ptr(), out.data_ptr(), order.data_ptr() if perm else None,
+                                   tmp.data_ptr())
     return None if rc else (out, order)
 
 

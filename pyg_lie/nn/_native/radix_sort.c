@@ -1,10 +1,10 @@
 /* Stable sorting of non-negative int64 keys by LSD radix sort (the edge orders of graphs:
  * keys such as target * N + source, below 2^40 for a million nodes).
  *
- *   radix_sort_i64(n, key, bits, sorted, perm, tmp)
+ *   radix_sort_i64(n, key, sorted, perm, tmp)
  *
- * sorts key[0 .. n) (every key in [0, 2^bits)) into sorted and writes the stable sorting
- * permutation, sorted[q] = key[perm[q]], into perm (may be NULL); tmp is scratch of n int64.
+ * sorts key[0 .. n) (every key >= 0) into sorted and writes the stable sorting permutation,
+ * sorted[q] = key[perm[q]], into perm (may be NULL); tmp is scratch of n int64.
  * Each key is packed with its position, key << b | q (b bits for positions below n), so one
  * array of int64 moves per pass; digits of DIGIT bits, least significant first, each pass a
  * counting sort, so equal keys keep their order and the work is O(n) per pass instead of a
@@ -28,17 +28,19 @@ static int bit_width(uint64_t v) {
     return b;
 }
 
-/* Returns 0 on success, 1 when the keys and positions do not fit in 63 bits together or a key
- * lies outside [0, 2^bits) (the caller falls back to a comparison sort). */
-int radix_sort_i64(int64_t n, const int64_t *key, int bits, int64_t *sorted, int64_t *perm, int64_t *tmp) {
-    const int pb = n > 1 ? bit_width((uint64_t)(n - 1)) : 0;
-    if (n < 0 || bits < 0 || bits + pb > 63) return 1;
-    const uint64_t limit = (uint64_t)1 << bits;
+/* Returns 0 on success, 1 when a key is negative or the keys and positions do not fit in 63
+ * bits together (the caller falls back to a comparison sort). */
+int radix_sort_i64(int64_t n, const int64_t *key, int64_t *sorted, int64_t *perm, int64_t *tmp) {
+    if (n < 0) return 1;
     int is_sorted = 1;
+    uint64_t top = 0; /* the bitwise or of the keys: as wide as the largest */
     for (int64_t q = 0; q < n; q++) {
-        if (key[q] < 0 || (uint64_t)key[q] >= limit) return 1;
+        if (key[q] < 0) return 1;
+        top |= (uint64_t)key[q];
         if (q && key[q] < key[q - 1]) is_sorted = 0;
     }
+    const int pb = n > 1 ? bit_width((uint64_t)(n - 1)) : 0, bits = bit_width(top);
+    if (bits + pb > 63) return 1;
     if (is_sorted) {
         memcpy(sorted, key, n * sizeof(int64_t));
         if (perm)

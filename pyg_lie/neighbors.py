@@ -308,7 +308,7 @@ def _search(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor], batch_y: 
 
     d2 = None
     if not all_pairs or k is not None:
-        d2 = _squared_distances(x, y if not same else x, src, tgt)
+        d2 = _squared_distances(x, x if same else y, src, tgt)
     if not all_pairs:
         src, tgt, d2 = _masked(d2 <= r * r, src, tgt, d2)
     if same:
@@ -357,7 +357,9 @@ def _squared_distances(x: Tensor, y: Tensor, src: Tensor, tgt: Tensor) -> Tensor
     short last axis is several times slower than a few elementwise passes)."""
     d2 = torch.zeros(src.numel(), dtype=torch.float64, device=src.device)
     for c in range(x.size(1)):
-        diff = x[:, c].double().index_select(0, src) - y[:, c].double().index_select(0, tgt)
+        xc = x[:, c].double()
+        yc = xc if y is x else y[:, c].double()
+        diff = xc.index_select(0, src) - yc.index_select(0, tgt)
         d2.addcmul_(diff, diff)
     return d2
 

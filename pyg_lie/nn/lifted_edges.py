@@ -38,6 +38,13 @@ __all__ = ["full_graph", "base_graph", "expand_edges", "subsample_edges", "thres
            "lifted_edges"]
 
 
+def _pointer(counts: Tensor) -> Tensor:
+    """``(n + 1,)`` offsets ``0, c_0, c_0 + c_1, ...`` of consecutive runs of ``counts (n,)``."""
+    ptr = counts.new_zeros(counts.numel() + 1)
+    torch.cumsum(counts, 0, out=ptr[1:])
+    return ptr
+
+
 def full_graph(batch: Tensor, loop: bool = True) -> Tensor:
     """All ordered pairs ``(j, i)`` of points in the same graph.
 
@@ -56,9 +63,7 @@ def full_graph(batch: Tensor, loop: bool = True) -> Tensor:
         raise ValueError("batch must be sorted (graphs stored contiguously, the PyG convention)")
     counts = torch.unique_consecutive(batch, return_counts=True)[1]
     if device.type == "cpu" and _native.available():  # one pass in C
-        ends = torch.zeros(counts.numel() + 1, dtype=torch.long)
-        torch.cumsum(counts, 0, out=ends[1:])
-        ei = _native.complete_edges(ends)
+        ei = _native.complete_edges(_pointer(counts))
     else:
         start = torch.cumsum(counts, 0) - counts  # first node of every graph
         node_count = counts.repeat_interleave(counts)  # n_b of every node's graph
@@ -104,9 +109,7 @@ def expand_edges(edge_index: Tensor, num_points: int, K: int) -> Tensor:
         return edge_index.new_empty(2, 0)
     deg = torch.bincount(dst, minlength=num_points)
     if device.type == "cpu" and _native.available():  # one pass in C
-        ptr = torch.zeros(num_points + 1, dtype=torch.long)
-        torch.cumsum(deg, 0, out=ptr[1:])
-        return _native.expand_edges(ptr, src, K)
+        return _native.expand_edges(_pointer(deg), src, K)
     ptr = torch.cumsum(deg, 0) - deg  # first base edge of each target
     # each base target i owns a block of K * deg_i * K lifted edges, laid out (a, e, b)
     block = deg * K * K

@@ -87,6 +87,13 @@ static inline v8 sum8x8(const v8 s[8]) {
 }
 #endif
 
+/* the partial sums of the dot product of a[0 .. D) and b[0 .. D), D a multiple of 8 */
+static inline v8 dot8(const float *a, const float *b, int64_t D) {
+    v8 s = {0};
+    for (int64_t d = 0; d < D; d += 8) s += load8(a + d) * load8(b + d);
+    return s;
+}
+
 static inline float sum8(v8 v) {
     float t[8];
     memcpy(t, &v, sizeof t);
@@ -106,10 +113,7 @@ int csr_sddmm_f32(int64_t N, int64_t H, int64_t D, int64_t E, const float *A, co
             for (int l = 0; l < 8; l++) b[l] = B + col[e + l] * H * D;
             for (int64_t h = 0; h < H; h++) {
                 v8 s[8];
-                for (int l = 0; l < 8; l++) {
-                    s[l] = (v8){0};
-                    for (int64_t d = 0; d < D; d += 8) s[l] += load8(a + h * D + d) * load8(b[l] + h * D + d);
-                }
+                for (int l = 0; l < 8; l++) s[l] = dot8(a + h * D, b[l] + h * D, D);
                 v8 r = sum8x8(s);
                 memcpy(out + h * E + e, &r, sizeof r);
             }
@@ -117,11 +121,7 @@ int csr_sddmm_f32(int64_t N, int64_t H, int64_t D, int64_t E, const float *A, co
 #endif
         for (; e < crow[i + 1]; e++) {
             const float *b = B + col[e] * H * D;
-            for (int64_t h = 0; h < H; h++) {
-                v8 s = {0};
-                for (int64_t d = 0; d < D; d += 8) s += load8(a + h * D + d) * load8(b + h * D + d);
-                out[h * E + e] = sum8(s);
-            }
+            for (int64_t h = 0; h < H; h++) out[h * E + e] = sum8(dot8(a + h * D, b + h * D, D));
         }
     }
     return 0;

@@ -264,7 +264,8 @@ def radix_sort(key: Tensor, perm: bool = True) -> Optional[Tuple[Tensor, Optiona
     (``sorted = key[perm]``, equal keys in their input order; ``perm`` is ``None`` unless
     asked for). Linear time (a radix sort), unlike torch's and numpy's comparison sorts.
     ``None`` when a key is negative, or keys and positions need more than 63 bits together
-    (``key.max() * n >= 2^63``): the caller sorts otherwise."""
+    (the bit widths of the largest key and of ``n - 1`` add up to more than 63): the caller
+    sorts otherwise."""
     if key.dtype != torch.int64 or key.dim() != 1 or key.device.type != "cpu":
         raise ValueError(f"radix_sort takes a 1-D int64 CPU tensor, got {key.dtype} of shape "
                          f"{tuple(key.shape)} on {key.device}")

@@ -52,11 +52,16 @@ static inline vf vmax(vf a, vf b) { return vselect(a > b, a, b); }
 
 /* 1 / (1 + exp(-z)), with exp(-z) = 2^n exp(-u), n = round(-z / ln 2), u = z + n ln 2
  * (|u| <= ln 2 / 2) and exp(-u) by a degree-6 polynomial fitted for relative error (1e-7 in
- * float32 arithmetic over the interval). z is clamped so that 2^n stays a normal float or 0. */
+ * float32 arithmetic over the interval). z is clamped to [-88.72, 88.3], so n + 127 lies in
+ * [0, 255]; n is found by adding 1.5 * 2^23 + 127, which leaves n + 127 in the low mantissa
+ * bits, so shifting them into the exponent field gives 2^n (0 at n = -127). At z = -88.72,
+ * n = 128 and 2^n is +inf, so 1 / (1 + inf) = 0: below about -88.38 the value is exactly 0 (the
+ * true one is under 4.1e-39), which keeps z * sigmoid(z) tiny for any finite z with no mask. */
 static inline vf sigmoid(vf z0) {
-    vf z = vmax(vmin(z0, splat(88.3f)), splat(-87.3f));
-    const vf magic = splat(12582912.0f); /* 1.5 * 2^23: adding it rounds to an integer */
-    vf n = (z * splat(-1.44269504088896341f) + magic) - magic;
+    vf z = vmax(vmin(z0, splat(88.3f)), splat(-88.72f));
+    const vf magic = splat(12582912.0f + 127.0f);
+    vf t = z * splat(-1.44269504088896341f) + magic;
+    vf n = t - magic;
     vf u = z + n * splat(0.693145751953125f); /* ln 2 in two parts: n * hi is exact */
     u = u + n * splat(1.428606765330187e-06f);
     vf p = splat(0.0013836839934810996f);
@@ -66,12 +71,10 @@ static inline vf sigmoid(vf z0) {
     p = p * u + splat(0.49999991059303284f);
     p = p * u + splat(-1.0f);
     p = p * u + splat(1.0f);
-    vi bits = (__builtin_convertvector(n, vi) + 127) << 23;
+    vi bits = (vi)t << 23;
     vf scale;
     memcpy(&scale, &bits, sizeof scale);
-    vf sig = splat(1.0f) / (splat(1.0f) + p * scale);
-    /* below -87.3 the true value is under 1.2e-38: 0, so that z * sigmoid(z) stays tiny for any z */
-    return (vf)((vi)sig & ~(z0 < splat(-87.3f)));
+    return splat(1.0f) / (splat(1.0f) + p * scale);
 }
 
 typedef struct {

@@ -9,8 +9,19 @@ from torch import Tensor
 
 from .._gather import select
 from ._safe import cosc, half_cot_half, sinc
-from .base import ROTATION_CHORD, LieGroup, LogNormEmbedding, batch_shape, homogeneous, rot2
+from .base import CUT_TOL, ROTATION_CHORD, LieGroup, LogNormEmbedding, batch_shape, homogeneous, rot2
 from .so2 import SQRT2, planar_one_sided_cut
+
+
+def _native_applies(g: Tensor, edge_index: Tensor) -> bool:
+    """The native kernel (``pyg_lie/nn/_native/se2_log.c``) takes float32 CPU elements without
+    gradient, outside ``torch.compile``; everything else runs the torch formulation."""
+    if g.dtype != torch.float32 or g.device.type != "cpu" or edge_index.device.type != "cpu":
+        return False
+    if (g.requires_grad and torch.is_grad_enabled()) or torch.compiler.is_compiling():
+        return False
+    from ..nn import _native
+    return _native.available()
 
 
 class SE2(LieGroup):
@@ -76,6 +87,12 @@ class SE2(LieGroup):
         if g.dim() != 3:
             return super().relative_log(g, edge_index, one_sided_cut)
         self._check_mat(g, "g")
+        if _native_applies(g, edge_index):
+            from ..nn import _native
+            below = -math.pi + CUT_TOL[torch.float32] if one_sided_cut else None
+            xi = _native.se2_relative_log(g, edge_index, below)
+            if xi is not None:
+                return xi
         rows = g[:, :2, :].reshape(g.shape[0], 6).t().contiguous()  # (6, N): R00 R01 t0 R10 R11 t1
         a00, a01, a02, a10, a11, a12 = select(rows, 1, edge_index[1])  # target i
         b00, b01, b02, b10, b11, b12 = select(rows, 1, edge_index[0])  # source j

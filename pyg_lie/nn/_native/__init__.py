@@ -8,7 +8,8 @@ or one shared ``Linear``/``SiLU`` MLP (a single "head" with several outputs).
 :func:`radix_sort` (``radix_sort.c``, the stable sort behind :mod:`pyg_lie._sort`),
 :func:`expand_edges` / :func:`complete_edges` (``edge_lists.c``, the lifted and complete
 graphs' edges of :mod:`pyg_lie.nn.lifted_edges`) and :func:`csr_scan` (``csr_scan.c``, the
-row pointer of :class:`~pyg_lie.nn._sparse_ops.CSRStructure`). The ``*.c`` files here are
+row pointer of :class:`~pyg_lie.nn._sparse_ops.CSRStructure`). :func:`se2_relative_log`
+(``se2_log.c``) computes :meth:`pyg_lie.groups.SE2.relative_log` in one pass. The ``*.c`` files here are
 built into one shared library, once per sources, compiler flags and CPU, into
 ``$PYG_LIE_CACHE`` (default ``$XDG_CACHE_HOME/pyg_lie`` or ``~/.cache/pyg_lie``) with
 ``-O3 -march=native -fopenmp``; it needs only a C compiler (``$CC`` or ``cc``), no PyTorch
@@ -38,7 +39,7 @@ from torch import Tensor
 
 __all__ = ["available", "uses_openmp", "headwise_supported", "headwise_forward", "headwise_backward",
            "csr_supported", "csr_sddmm", "csr_spmm", "radix_sort", "expand_edges", "complete_edges", "csr_scan",
-           "library_path"]
+           "se2_relative_log", "library_path"]
 
 _SOURCES = sorted(Path(__file__).parent.glob("*.c"))
 _FLAGS = ["-O3", "-fPIC", "-shared", "-fno-math-errno", "-std=gnu11"]
@@ -147,6 +148,9 @@ def _load() -> Optional[ctypes.CDLL]:
         lib.complete_edges_i64.restype = ctypes.c_int
         lib.csr_scan_i64.argtypes = [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 4]
         lib.csr_scan_i64.restype = ctypes.c_int
+        lib.se2_relative_log_f32.argtypes = [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 4, ctypes.c_int,
+                                             ctypes.c_float, ctypes.c_int]
+        lib.se2_relative_log_f32.restype = ctypes.c_int
         _lib = lib
         return lib
 
@@ -315,3 +319,17 @@ def csr_scan(src: Tensor, dst: Tensor, num_nodes: int) -> Optional[Tuple[Tensor,
                                info.data_ptr()):
         return None
     return crow, int(info[0]), bool(info[1])
+
+
+def se2_relative_log(g: Tensor, edge_index: Tensor, cut_below: Optional[float]) -> Optional[Tensor]:
+    """``(E, 3)`` coordinates of ``log(g_i^-1 g_j)`` for ``g (N, 3, 3)`` float32 SE(2) elements
+    and ``edge_index (2, E)`` (row 0 source ``j``, row 1 target ``i``); with ``cut_below``,
+    angles below it move by ``+2 pi`` (:meth:`~pyg_lie.groups.SE2.one_sided_cut`). No gradient.
+    ``None`` if an index is out of range, for the caller's torch path and its error."""
+    g = g.detach().contiguous()
+    src, dst = edge_index[0].to(torch.int64).contiguous(), edge_index[1].to(torch.int64).contiguous()
+    out = g.new_empty(src.numel(), 3)
+    rc = _library().se2_relative_log_f32(g.shape[0], src.numel(), g.data_ptr(), src.data_ptr(), dst.data_ptr(),
+                                         out.data_ptr(), cut_below is not None,
+                                         0.0 if cut_below is None else cut_below, torch.get_num_threads())
+    return None if rc else out

@@ -9,8 +9,8 @@ or one shared ``Linear``/``SiLU`` MLP (a single "head" with several outputs).
 :func:`expand_edges` / :func:`complete_edges` (``edge_lists.c``, the lifted and complete
 graphs' edges of :mod:`pyg_lie.nn.lifted_edges`) and :func:`csr_scan` (``csr_scan.c``, the
 row pointer of :class:`~pyg_lie.nn._sparse_ops.CSRStructure`). :func:`se2_relative_log`
-(``se2_log.c``) computes :meth:`pyg_lie.groups.SE2.relative_log` in one pass. The ``*.c`` files here are
-built into one shared library, once per sources, compiler flags and CPU, into
+(``se2_log.c``) computes :meth:`pyg_lie.groups.SE2.relative_log` in one pass. The ``*.c``
+files here are built into one shared library, once per sources, compiler flags and CPU, into
 ``$PYG_LIE_CACHE`` (default ``$XDG_CACHE_HOME/pyg_lie`` or ``~/.cache/pyg_lie``) with
 ``-O3 -march=native -fopenmp``; it needs only a C compiler (``$CC`` or ``cc``), no PyTorch
 headers, and builds in about a second. Its threads are

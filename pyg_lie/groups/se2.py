@@ -13,15 +13,18 @@ from .base import CUT_TOL, ROTATION_CHORD, LieGroup, LogNormEmbedding, batch_sha
 from .so2 import SQRT2, planar_one_sided_cut
 
 
-def _native_applies(g: Tensor, edge_index: Tensor) -> bool:
-    """The native kernel (``pyg_lie/nn/_native/se2_log.c``) takes float32 CPU elements without
-    gradient, outside ``torch.compile``; everything else runs the torch formulation."""
+def _native_relative_log(g: Tensor, edge_index: Tensor, one_sided_cut: bool) -> Optional[Tensor]:
+    """:meth:`SE2.relative_log` by the native kernel (``pyg_lie/nn/_native/se2_log.c``) for
+    float32 CPU elements without gradient, outside ``torch.compile``; ``None`` otherwise (and
+    for out-of-range indices), for the torch formulation."""
     if g.dtype != torch.float32 or g.device.type != "cpu" or edge_index.device.type != "cpu":
-        return False
+        return None
     if (g.requires_grad and torch.is_grad_enabled()) or torch.compiler.is_compiling():
-        return False
+        return None
     from ..nn import _native
-    return _native.available()
+    if not _native.available():
+        return None
+    return _native.se2_relative_log(g, edge_index, -math.pi + CUT_TOL[torch.float32] if one_sided_cut else None)
 
 
 class SE2(LieGroup):
@@ -87,12 +90,9 @@ class SE2(LieGroup):
         if g.dim() != 3:
             return super().relative_log(g, edge_index, one_sided_cut)
         self._check_mat(g, "g")
-        if _native_applies(g, edge_index):
-            from ..nn import _native
-            below = -math.pi + CUT_TOL[torch.float32] if one_sided_cut else None
-            xi = _native.se2_relative_log(g, edge_index, below)
-            if xi is not None:
-                return xi
+        xi = _native_relative_log(g, edge_index, one_sided_cut)
+        if xi is not None:
+            return xi
         rows = g[:, :2, :].reshape(g.shape[0], 6).t().contiguous()  # (6, N): R00 R01 t0 R10 R11 t1
         a00, a01, a02, a10, a11, a12 = select(rows, 1, edge_index[1])  # target i
         b00, b01, b02, b10, b11, b12 = select(rows, 1, edge_index[0])  # source j

@@ -166,6 +166,16 @@ def test_builds_from_scratch_into_the_cache(monkeypatch, tmp_path):
     _close(_native.headwise_forward(x, params), y_ref, 1e-6)
 
 
+def test_cache_key_covers_the_shared_header(monkeypatch, tmp_path):
+    """The kernels include ``simd.h``: editing it must give a new library, not a stale one."""
+    assert [p.name for p in _native._HEADERS] == ["simd.h"]
+    before = _native.library_path()
+    edited = tmp_path / "simd.h"
+    edited.write_bytes(_native._HEADERS[0].read_bytes() + b"\n/* edited */\n")
+    monkeypatch.setattr(_native, "_HEADERS", [edited])
+    assert _native.library_path() != before
+
+
 def test_failed_build_warns_once_and_falls_back(monkeypatch, tmp_path):
     monkeypatch.setattr(_native, "_lib", None)
     monkeypatch.setattr(_native, "_failed", None)

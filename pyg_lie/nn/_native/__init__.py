@@ -10,7 +10,8 @@ or one shared ``Linear``/``SiLU`` MLP (a single "head" with several outputs).
 graphs' edges of :mod:`pyg_lie.nn.lifted_edges`) and :func:`csr_scan` (``csr_scan.c``, the
 row pointer of :class:`~pyg_lie.nn._sparse_ops.CSRStructure`). :func:`se2_relative_log`
 (``se2_log.c``) computes :meth:`pyg_lie.groups.SE2.relative_log` in one pass. The ``*.c``
-files here are built into one shared library, once per sources, compiler flags and CPU, into
+files here (with ``simd.h``, their eight-float vector type and helpers) are built into one
+shared library, once per sources, compiler flags and CPU, into
 ``$PYG_LIE_CACHE`` (default ``$XDG_CACHE_HOME/pyg_lie`` or ``~/.cache/pyg_lie``) with
 ``-O3 -march=native -fopenmp``; it needs only a C compiler (``$CC`` or ``cc``), no PyTorch
 headers, and builds in about a second. Its threads are
@@ -42,6 +43,7 @@ __all__ = ["available", "uses_openmp", "headwise_supported", "headwise_forward",
            "se2_relative_log", "library_path"]
 
 _SOURCES = sorted(Path(__file__).parent.glob("*.c"))
+_HEADERS = sorted(Path(__file__).parent.glob("*.h"))  # included by the sources: part of the cache key
 _FLAGS = ["-O3", "-fPIC", "-shared", "-fno-math-errno", "-std=gnu11"]
 #: tried in order: OpenMP (libgomp.so.1, which in a process with torch loaded is torch's own
 #: copy, so the kernels share torch's intra-op threads) with -march=native, then without
@@ -103,7 +105,7 @@ def _compiler() -> List[str]:
 def library_path() -> Path:
     """Where the compiled kernels for these sources, compiler and CPU live."""
     cc = _compiler()
-    parts = [*(p.read_bytes() for p in _SOURCES), repr((cc, _FLAGS, _VARIANTS)).encode(), _cpu_id().encode(),
+    parts = [*(p.read_bytes() for p in _SOURCES + _HEADERS), repr((cc, _FLAGS, _VARIANTS)).encode(), _cpu_id().encode(),
              sys.platform.encode()]
     key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
     return _cache_dir() / f"pyg_lie_native-{key}.so"

@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "simd.h"
+
 #define LANES 8
 
 #define CSR_KERNELS(T, S)                                                                                  \
@@ -68,33 +70,24 @@
 CSR_KERNELS(float, f32_generic)
 CSR_KERNELS(double, f64)
 
-typedef float v8 __attribute__((vector_size(32)));
-
-static inline v8 load8(const float *p) {
-    v8 v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
 #if defined(__AVX__)
-#include <immintrin.h>
 /* lane l of the result: the sum of s[l]'s eight lanes */
-static inline v8 sum8x8(const v8 s[8]) {
+static inline vf sum8x8(const vf s[8]) {
     __m256 t0 = _mm256_hadd_ps((__m256)s[0], (__m256)s[1]), t1 = _mm256_hadd_ps((__m256)s[2], (__m256)s[3]);
     __m256 t2 = _mm256_hadd_ps((__m256)s[4], (__m256)s[5]), t3 = _mm256_hadd_ps((__m256)s[6], (__m256)s[7]);
     __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-    return (v8)_mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+    return (vf)_mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 #endif
 
 /* the partial sums of the dot product of a[0 .. D) and b[0 .. D), D a multiple of 8 */
-static inline v8 dot8(const float *a, const float *b, int64_t D) {
-    v8 s = {0};
-    for (int64_t d = 0; d < D; d += 8) s += load8(a + d) * load8(b + d);
+static inline vf dot8(const float *a, const float *b, int64_t D) {
+    vf s = {0};
+    for (int64_t d = 0; d < D; d += 8) s += vload(a + d) * vload(b + d);
     return s;
 }
 
-static inline float sum8(v8 v) {
+static inline float sum8(vf v) {
     float t[8];
     memcpy(t, &v, sizeof t);
     return ((t[0] + t[4]) + (t[2] + t[6])) + ((t[1] + t[5]) + (t[3] + t[7]));
@@ -112,9 +105,9 @@ int csr_sddmm_f32(int64_t N, int64_t H, int64_t D, int64_t E, const float *A, co
             const float *b[8];
             for (int l = 0; l < 8; l++) b[l] = B + col[e + l] * H * D;
             for (int64_t h = 0; h < H; h++) {
-                v8 s[8];
+                vf s[8];
                 for (int l = 0; l < 8; l++) s[l] = dot8(a + h * D, b[l] + h * D, D);
-                v8 r = sum8x8(s);
+                vf r = sum8x8(s);
                 memcpy(out + h * E + e, &r, sizeof r);
             }
         }
@@ -137,17 +130,17 @@ int csr_spmm_f32(int64_t N, int64_t H, int64_t Dv, int64_t E, const float *w, co
     for (int64_t i = 0; i < N; i++) {
         for (int64_t c0 = 0; c0 < W; c0 += 8 * ROW_VECTORS) {
             const int nv = (W - c0) / 8 < ROW_VECTORS ? (int)((W - c0) / 8) : ROW_VECTORS;
-            v8 acc[ROW_VECTORS];
+            vf acc[ROW_VECTORS];
             const float *wk[ROW_VECTORS]; /* the weights of each vector's head */
             for (int k = 0; k < ROW_VECTORS; k++) {
-                acc[k] = (v8){0};
+                acc[k] = (vf){0};
                 wk[k] = w + (k < nv ? (c0 + 8 * k) / Dv : 0) * E;
             }
             for (int64_t e = crow[i]; e < crow[i + 1]; e++) {
                 const float *v = V + col[e] * W + c0;
-                for (int k = 0; k < nv; k++) acc[k] += wk[k][e] * load8(v + 8 * k);
+                for (int k = 0; k < nv; k++) acc[k] += wk[k][e] * vload(v + 8 * k);
             }
-            for (int k = 0; k < nv; k++) memcpy(out + i * W + c0 + 8 * k, &acc[k], sizeof(v8));
+            for (int k = 0; k < nv; k++) memcpy(out + i * W + c0 + 8 * k, &acc[k], sizeof(vf));
         }
     }
     return 0;

@@ -8,10 +8,10 @@
  * streaming (H, rows, width) activations through separate matrix-product and SiLU kernels; here
  * a block of BLOCK edges goes through every layer of one head while its activations stay in
  * registers and L1, and the backward pass recomputes them per block. SIMD lanes run over edges
- * (GCC/Clang vector extensions of 8 floats, one AVX register; other targets split them).
+ * (the eight-float vectors of simd.h).
  *
  * The sigmoid inside SiLU is written out (range reduction and a polynomial, see sigmoid()), so
- * that it costs about twenty vector instructions and no call.
+ * that it costs about fifteen vector instructions and no call.
  *
  * Threads: OpenMP over chunks of edges, handed out dynamically (serial where built without it);
  * each thread accumulates its own weight gradients, summed by the calling thread at the end.
@@ -24,31 +24,14 @@
 #include <omp.h>
 #endif
 
-#define VW 8          /* floats per vector */
+#include "simd.h"
+
 #define NV 4          /* vectors per block */
 #define QT (8 / NV)   /* rows per register tile: QT * NV = 8 independent FMA chains for the two pipes */
 #define BLOCK (VW * NV)
 #define MAX_HIDDEN 32
 #define MAX_LAYERS 4  /* hidden layers */
 #define MAX_IN 16
-
-typedef float vf __attribute__((vector_size(VW * 4)));
-typedef int32_t vi __attribute__((vector_size(VW * 4)));
-
-/* broadcast; written as a - 0 because a + 0 is not an identity (-0 + 0 = +0), so GCC would emit
- * the addition */
-static inline vf splat(float a) { return a - (vf){0}; }
-
-#if defined(__AVX__) && VW == 8
-#include <immintrin.h>
-static inline vf vmin(vf a, vf b) { return (vf)_mm256_min_ps((__m256)a, (__m256)b); }
-static inline vf vmax(vf a, vf b) { return (vf)_mm256_max_ps((__m256)a, (__m256)b); }
-#else
-/* lane-wise select (C has no vector ?:): mask lanes are all ones or zero */
-static inline vf vselect(vi mask, vf a, vf b) { return (vf)(((vi)a & mask) | ((vi)b & ~mask)); }
-static inline vf vmin(vf a, vf b) { return vselect(a < b, a, b); }
-static inline vf vmax(vf a, vf b) { return vselect(a > b, a, b); }
-#endif
 
 /* 1 / (1 + exp(-z)), with exp(-z) = 2^n exp(-u), n = round(-z / ln 2), u = z + n ln 2
  * (|u| <= ln 2 / 2) and exp(-u) by a degree-6 polynomial fitted for relative error (1e-7 in

@@ -14,24 +14,17 @@
  * With the cut, theta < -pi + tol moves to theta + 2 pi and the whole vector scales by
  * (theta + 2 pi) / theta (SE2.one_sided_cut).
  *
- * SIMD lanes run over edges (GCC/Clang vector extensions of 8 floats); OpenMP over blocks.
+ * SIMD lanes run over edges (the eight-float vectors of simd.h); OpenMP over blocks.
  */
 #include <math.h>
 #include <stdint.h>
 
-#define VW 8
+#include "simd.h"
 
-typedef float vf __attribute__((vector_size(VW * 4)));
-typedef int32_t vi __attribute__((vector_size(VW * 4)));
-
-static inline vf splat(float a) { return a - (vf){0}; }
 static inline vi ints(int32_t a) { return a - (vi){0}; }
-/* lane-wise select: mask lanes are all ones or zero */
-static inline vf sel(vi m, vf a, vf b) { return (vf)((m & (vi)a) | (~m & (vi)b)); }
 static inline vf vabs(vf a) { return (vf)((vi)a & ints(0x7fffffff)); }
 
-#if defined(__AVX__) && VW == 8
-#include <immintrin.h>
+#if defined(__AVX__)
 static inline vf vsqrt(vf a) { return (vf)_mm256_sqrt_ps((__m256)a); }
 #else
 static inline vf vsqrt(vf a) {
@@ -53,10 +46,10 @@ static inline vf vsqrt(vf a) {
 static inline vf atan2v(vf s, vf c) {
     vf as = vabs(s), ac = vabs(c);
     vi swap = as > ac;
-    vf mx = sel(swap, as, ac), mn = sel(swap, ac, as);
-    vf q = sel(mx > splat(0.0f), mn / mx, splat(0.0f)); /* 0 / 0 lanes are replaced */
+    vf mx = vselect(swap, as, ac), mn = vselect(swap, ac, as);
+    vf q = vselect(mx > splat(0.0f), mn / mx, splat(0.0f)); /* 0 / 0 lanes are replaced */
     vi big = q > splat(0.41421356237309503f);
-    vf x = sel(big, (q - splat(1.0f)) / (q + splat(1.0f)), q);
+    vf x = vselect(big, (q - splat(1.0f)) / (q + splat(1.0f)), q);
     vf z = x * x;
     vf p = splat(-0.06078221648931503f);
     p = p * z + splat(0.1059381365776062f);
@@ -64,9 +57,9 @@ static inline vf atan2v(vf s, vf c) {
     p = p * z + splat(0.19998471438884735f);
     p = p * z + splat(-0.33333316445350647f);
     vf at = x + x * z * p;
-    at = sel(big, splat(PI4_HI) + (at + splat(PI4_LO)), at);
-    at = sel(swap, (splat(PI2_HI) - at) + splat(PI2_LO), at);
-    at = sel((vi)c < ints(0), (splat(PI_HI) - at) + splat(PI_LO), at); /* c's sign bit, -0 too */
+    at = vselect(big, splat(PI4_HI) + (at + splat(PI4_LO)), at);
+    at = vselect(swap, (splat(PI2_HI) - at) + splat(PI2_LO), at);
+    at = vselect((vi)c < ints(0), (splat(PI_HI) - at) + splat(PI_LO), at); /* c's sign bit, -0 too */
     return (vf)((vi)at | ((vi)s & ints((int32_t)0x80000000)));
 }
 
@@ -96,12 +89,12 @@ int se2_relative_log_f32(int64_t N, int64_t E, const float *g, const int64_t *sr
         vf t0 = a[0] * d0 + a[3] * d1, t1 = a[1] * d0 + a[4] * d1;
         vf theta = atan2v(s, c);
         vf r = vsqrt(s * s + c * c);
-        vf cot = sel(c >= splat(0.0f), (r + c) / s, s / (r - c)); /* s = 0 lanes take the series */
+        vf cot = vselect(c >= splat(0.0f), (r + c) / s, s / (r - c)); /* s = 0 lanes take the series */
         vf half = theta * splat(0.5f);
-        vf A = sel(vabs(theta) < splat(0x1p-10f), splat(1.0f) - theta * theta * splat(1.0f / 12.0f), half * cot);
+        vf A = vselect(vabs(theta) < splat(0x1p-10f), splat(1.0f) - theta * theta * splat(1.0f / 12.0f), half * cot);
         vf u0 = A * t0 + half * t1, u1 = A * t1 - half * t0, w = theta * splat(1.41421356237309505f);
         if (cut) {
-            vf f = sel(theta < splat(cut_below), (theta + splat(6.28318548202514648f)) / theta, splat(1.0f));
+            vf f = vselect(theta < splat(cut_below), (theta + splat(6.28318548202514648f)) / theta, splat(1.0f));
             u0 *= f;
             u1 *= f;
             w *= f;

@@ -62,14 +62,15 @@ def full_graph(batch: Tensor, loop: bool = True) -> Tensor:
     if bool((batch[1:] < batch[:-1]).any()):
         raise ValueError("batch must be sorted (graphs stored contiguously, the PyG convention)")
     counts = torch.unique_consecutive(batch, return_counts=True)[1]
+    ptr = _pointer(counts)  # first node of every graph, and N
     if device.type == "cpu" and _native.available():  # one pass in C
-        ei = _native.complete_edges(_pointer(counts))
+        ei = _native.complete_edges(ptr)
     else:
-        start = torch.cumsum(counts, 0) - counts  # first node of every graph
+        start = ptr[:-1]
         node_count = counts.repeat_interleave(counts)  # n_b of every node's graph
         node_start = start.repeat_interleave(counts)
         dst = torch.arange(N, device=device).repeat_interleave(node_count)
-        offset = torch.cumsum(node_count, 0) - node_count
+        offset = _pointer(node_count)[:-1]
         local = torch.arange(dst.numel(), device=device) - offset.repeat_interleave(node_count)
         src = node_start.repeat_interleave(node_count) + local
         ei = torch.stack([src, dst])
@@ -108,14 +109,14 @@ def expand_edges(edge_index: Tensor, num_points: int, K: int) -> Tensor:
     if E == 0:
         return edge_index.new_empty(2, 0)
     deg = torch.bincount(dst, minlength=num_points)
+    ptr = _pointer(deg)  # first base edge of each target, and E
     if device.type == "cpu" and _native.available():  # one pass in C
-        return _native.expand_edges(_pointer(deg), src, K)
-    ptr = torch.cumsum(deg, 0) - deg  # first base edge of each target
+        return _native.expand_edges(ptr, src, K)
     # each base target i owns a block of K * deg_i * K lifted edges, laid out (a, e, b)
     block = deg * K * K
     total = int(block.sum())
     owner = torch.arange(num_points, device=device).repeat_interleave(block)
-    local = torch.arange(total, device=device) - (torch.cumsum(block, 0) - block)[owner]
+    local = torch.arange(total, device=device) - _pointer(block)[owner]
     row = deg[owner] * K  # entries per lifted target
     a = torch.div(local, row, rounding_mode="floor")
     rem = local - a * row

@@ -13,6 +13,8 @@ from torch import Tensor
 from torch_geometric.utils import scatter, softmax
 
 from .._gather import select
+from ..groups.base import _is_compiling
+from . import _native
 from ._autocast import float32_under_autocast
 
 __all__ = ["edge_attention", "dense_edge_attention"]
@@ -91,34 +93,57 @@ class _SortedSoftmax(torch.autograd.Function):
     and one segment sum instead of autograd through five scatter/gather ops
     (T(2), 30k edges x 4 heads, one thread: 0.75 ms against 1.5 ms forward +
     backward). The max shift keeps every ``exp`` at most 1 and every segment sum
-    at least 1, so no NaN for finite scores. ``segment_reduce`` has no double
-    backward, so when a differentiable backward is asked for (``create_graph``)
-    the gradient is recomputed from the scatter softmax under autograd instead.
+    at least 1, so no NaN for finite scores. For float32 on CPU (outside ``torch.compile``)
+    the native kernel of ``_native/segment_softmax.c`` does each pass in one task per
+    segment, with the segment in L1 (4 x 32.8k scores in segments of about 32, 2 threads,
+    median of 200 calls: 0.52 ms against 2.0 ms forward + backward). ``segment_reduce``
+    has no double backward, so when a differentiable backward is asked for
+    (``create_graph``) the gradient is recomputed from the scatter softmax under autograd
+    instead.
     """
 
     @staticmethod
     def forward(ctx, score: Tensor, index: Tensor, ptr: Tensor, axis: int) -> Tensor:
+        rows = _segment_rows(score, axis)
+        w = _native.segment_softmax(rows, ptr) if rows is not None else None
+        ctx.axis, ctx.native = axis, w is not None
+        if w is not None:
+            w = w.view_as(score)
+            ctx.save_for_backward(score, w, index, ptr)
+            return w
         offsets = ptr if axis == 0 else ptr.expand(score.shape[0], ptr.numel()).contiguous()
         m = torch.segment_reduce(score, "max", offsets=offsets, axis=axis, unsafe=True)
         e = (score - select(m, axis, index)).exp_()
         z = torch.segment_reduce(e, "sum", offsets=offsets, axis=axis, unsafe=True)
         w = e.div_(select(z, axis, index))
-        ctx.axis = axis
         ctx.save_for_backward(score, w, index, offsets)
         return w
 
     @staticmethod
     def backward(ctx, g: Tensor):
-        score, w, index, offsets = ctx.saved_tensors
+        score, w, index, offsets = ctx.saved_tensors  # offsets: ptr on the native path
         axis = ctx.axis
         if torch.is_grad_enabled():  # create_graph=True: differentiable recomputation
             n = offsets.shape[-1] - 1
             w = softmax(score, index, num_nodes=n, dim=axis)
             t = scatter(g * w, index, dim=axis, dim_size=n, reduce="sum")
             return w * (g - select(t, axis, index)), None, None, None
+        if ctx.native:
+            rows = _segment_rows(w, axis)
+            return _native.segment_softmax_backward(_segment_rows(g.contiguous(), axis), rows,
+                                                    offsets).view_as(w), None, None, None
         gw = g * w
         t = torch.segment_reduce(gw, "sum", offsets=offsets, axis=axis, unsafe=True)
         return gw.sub_(w * select(t, axis, index)), None, None, None
+
+
+def _segment_rows(t: Tensor, axis: int) -> Optional[Tensor]:
+    """``t`` as the ``(R, E)`` rows of :func:`_native.segment_softmax` (edges along ``axis``, a
+    contiguous one), or ``None`` where the native kernel does not apply (another dtype or
+    device, under ``torch.compile``, several columns along axis 0, no native kernels)."""
+    if _is_compiling() or not (axis == 1 or t.shape[1] == 1) or not _native.segment_softmax_supported(t):
+        return None
+    return t if axis == 1 else t.view(1, -1)
 
 
 def _sorted_edge_attention(score: Tensor, index: Tensor, ptr: Tensor, normalization: str) -> Tensor:

@@ -9,7 +9,9 @@ or one shared ``Linear``/``SiLU`` MLP (a single "head" with several outputs).
 :func:`expand_edges` / :func:`complete_edges` (``edge_lists.c``, the lifted and complete
 graphs' edges of :mod:`pyg_lie.nn.lifted_edges`) and :func:`csr_scan` (``csr_scan.c``, the
 row pointer of :class:`~pyg_lie.nn._sparse_ops.CSRStructure`). :func:`se2_relative_log`
-(``se2_log.c``) computes :meth:`pyg_lie.groups.SE2.relative_log` in one pass. The ``*.c``
+(``se2_log.c``) computes :meth:`pyg_lie.groups.SE2.relative_log` in one pass, and
+:func:`segment_softmax` / :func:`segment_softmax_backward` (``segment_softmax.c``) the
+softmax over target-sorted edges of :mod:`pyg_lie.nn.attention_core`. The ``*.c``
 files here (with ``simd.h``, their eight-float vector type and helpers) are built into one
 shared library, once per sources, compiler flags and CPU, into
 ``$PYG_LIE_CACHE`` (default ``$XDG_CACHE_HOME/pyg_lie`` or ``~/.cache/pyg_lie``) with
@@ -40,7 +42,8 @@ from torch import Tensor
 
 __all__ = ["available", "uses_openmp", "headwise_supported", "headwise_forward", "headwise_backward",
            "csr_supported", "csr_sddmm", "csr_spmm", "radix_sort", "expand_edges", "complete_edges", "csr_scan",
-           "se2_relative_log", "library_path"]
+           "se2_relative_log", "segment_softmax_supported", "segment_softmax", "segment_softmax_backward",
+           "library_path"]
 
 _SOURCES = sorted(Path(__file__).parent.glob("*.c"))
 _HEADERS = sorted(Path(__file__).parent.glob("*.h"))  # included by the sources: part of the cache key
@@ -153,6 +156,9 @@ def _load() -> Optional[ctypes.CDLL]:
         lib.se2_relative_log_f32.argtypes = [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 4, ctypes.c_int,
                                              ctypes.c_float, ctypes.c_int]
         lib.se2_relative_log_f32.restype = ctypes.c_int
+        lib.segment_softmax_f32.argtypes = [*[ctypes.c_int64] * 3, *[ctypes.c_void_p] * 3, ctypes.c_int]
+        lib.segment_softmax_backward_f32.argtypes = [*[ctypes.c_int64] * 3, *[ctypes.c_void_p] * 4, ctypes.c_int]
+        lib.segment_softmax_f32.restype = lib.segment_softmax_backward_f32.restype = ctypes.c_int
         _lib = lib
         return lib
 
@@ -334,4 +340,31 @@ def se2_relative_log(g: Tensor, edge_index: Tensor, cut_below: Optional[float]) 
     rc = _library().se2_relative_log_f32(g.shape[0], src.numel(), g.data_ptr(), src.data_ptr(), dst.data_ptr(),
                                          out.data_ptr(), cut_below is not None,
                                          0.0 if cut_below is None else cut_below, torch.get_num_threads())
+    return None if rc else out
+
+
+def segment_softmax_supported(*ts: Tensor) -> bool:
+    """True if :func:`segment_softmax` takes these tensors: float32 on CPU."""
+    return all(t.device.type == "cpu" and t.dtype == torch.float32 for t in ts) and available()
+
+
+def segment_softmax(s: Tensor, ptr: Tensor) -> Optional[Tensor]:
+    """``(R, E)`` softmax of every row of ``s (R, E)`` (float32, CPU) over the segments
+    ``ptr[i] .. ptr[i + 1] - 1`` (``ptr (N + 1,)``, from 0 to ``E``, non-decreasing). ``None``
+    if ``ptr`` is not such a pointer, for the caller's torch path."""
+    s, ptr = s.contiguous(), ptr.to(torch.int64).contiguous()
+    w = torch.empty_like(s)
+    rc = _library().segment_softmax_f32(s.shape[0], ptr.numel() - 1, s.shape[1], s.data_ptr(), ptr.data_ptr(),
+                                        w.data_ptr(), torch.get_num_threads())
+    return None if rc else w
+
+
+def segment_softmax_backward(g: Tensor, w: Tensor, ptr: Tensor) -> Optional[Tensor]:
+    """``w * g - w * sum_seg(w * g)``, the gradient of :func:`segment_softmax` with respect to
+    its scores for the output gradient ``g`` and the output ``w`` (both ``(R, E)``)."""
+    g, w, ptr = g.contiguous(), w.contiguous(), ptr.to(torch.int64).contiguous()
+    out = torch.empty_like(w)
+    rc = _library().segment_softmax_backward_f32(w.shape[0], ptr.numel() - 1, w.shape[1], g.data_ptr(),
+                                                 w.data_ptr(), ptr.data_ptr(), out.data_ptr(),
+                                                 torch.get_num_threads())
     return None if rc else out

@@ -87,12 +87,6 @@ static inline vf dot8(const float *a, const float *b, int64_t D) {
     return s;
 }
 
-static inline float sum8(vf v) {
-    float t[8];
-    memcpy(t, &v, sizeof t);
-    return ((t[0] + t[4]) + (t[2] + t[6])) + ((t[1] + t[5]) + (t[3] + t[7]));
-}
-
 int csr_sddmm_f32(int64_t N, int64_t H, int64_t D, int64_t E, const float *A, const float *B, const int64_t *crow,
                   const int64_t *col, float *out, int nthreads) {
     if (D % 8) return csr_sddmm_f32_generic(N, H, D, E, A, B, crow, col, out, nthreads);
@@ -114,7 +108,7 @@ int csr_sddmm_f32(int64_t N, int64_t H, int64_t D, int64_t E, const float *A, co
 #endif
         for (; e < crow[i + 1]; e++) {
             const float *b = B + col[e] * H * D;
-            for (int64_t h = 0; h < H; h++) out[h * E + e] = sum8(dot8(a + h * D, b + h * D, D));
+            for (int64_t h = 0; h < H; h++) out[h * E + e] = vsum(dot8(a + h * D, b + h * D, D));
         }
     }
     return 0;

@@ -33,32 +33,10 @@
 #define MAX_LAYERS 4  /* hidden layers */
 #define MAX_IN 16
 
-/* 1 / (1 + exp(-z)), with exp(-z) = 2^n exp(-u), n = round(-z / ln 2), u = z + n ln 2
- * (|u| <= ln 2 / 2) and exp(-u) by a degree-6 polynomial fitted for relative error (1e-7 in
- * float32 arithmetic over the interval). z is clamped to [-88.72, 88.3], so n + 127 lies in
- * [0, 255]; n is found by adding 1.5 * 2^23 + 127, which leaves n + 127 in the low mantissa
- * bits, so shifting them into the exponent field gives 2^n (0 at n = -127). At z = -88.72,
- * n = 128 and 2^n is +inf, so 1 / (1 + inf) = 0: below about -88.38 the value is exactly 0 (the
- * true one is under 4.1e-39), which keeps z * sigmoid(z) tiny for any finite z with no mask. */
-static inline vf sigmoid(vf z0) {
-    vf z = vmax(vmin(z0, splat(88.3f)), splat(-88.72f));
-    const vf magic = splat(12582912.0f + 127.0f);
-    vf t = z * splat(-1.44269504088896341f) + magic;
-    vf n = t - magic;
-    vf u = z + n * splat(0.693145751953125f); /* ln 2 in two parts: n * hi is exact */
-    u = u + n * splat(1.428606765330187e-06f);
-    vf p = splat(0.0013836839934810996f);
-    p = p * u + splat(-0.008374815806746483f);
-    p = p * u + splat(0.04166822507977486f);
-    p = p * u + splat(-0.16666419804096222f);
-    p = p * u + splat(0.49999991059303284f);
-    p = p * u + splat(-1.0f);
-    p = p * u + splat(1.0f);
-    vi bits = (vi)t << 23;
-    vf scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return splat(1.0f) / (splat(1.0f) + p * scale);
-}
+/* 1 / (1 + exp(-z)) (vexpneg of simd.h); at z <= -88.72, exp(-z) is +inf, so 1 / (1 + inf) = 0:
+ * below about -88.38 the value is exactly 0 (the true one is under 4.1e-39), which keeps
+ * z * sigmoid(z) tiny for any finite z with no mask. */
+static inline vf sigmoid(vf z) { return splat(1.0f) / (splat(1.0f) + vexpneg(z)); }
 
 typedef struct {
     int64_t E;
@@ -215,12 +193,6 @@ static void accumulate_outer(vf (*acc)[MAX_HIDDEN], vf (*gz)[NV], const vf (*in)
         for (int i = 0; i < n_in; i++) outer_tile(acc, gz, in, k, i, 1, 1);
 }
 
-static float hsum(vf a) {
-    float s = 0.0f;
-    for (int l = 0; l < VW; l++) s += a[l];
-    return s;
-}
-
 __attribute__((noinline)) static void backward_chunk(job_t *j, block_t *restrict B, grad_t *restrict G) {
     const int K = j->hidden, I = j->in, L = j->layers, O = j->outs;
     for (int h = 0; h < j->heads; h++) {
@@ -277,15 +249,15 @@ __attribute__((noinline)) static void backward_chunk(job_t *j, block_t *restrict
         }
         /* lanes -> this thread's (H, out, in) gradients */
         for (int o = 0; o < O; o++) {
-            j->gb[L][h * O + o] += hsum(G->gb[L][o]);
-            for (int k = 0; k < K; k++) j->gW[L][(int64_t)(h * O + o) * K + k] += hsum(G->gW[L][o][k]);
+            j->gb[L][h * O + o] += vsum(G->gb[L][o]);
+            for (int k = 0; k < K; k++) j->gW[L][(int64_t)(h * O + o) * K + k] += vsum(G->gW[L][o][k]);
         }
         for (int m = 0; m < L; m++) {
             int in = m ? K : I;
             for (int k = 0; k < K; k++) {
-                j->gb[m][(int64_t)h * K + k] += hsum(G->gb[m][k]);
+                j->gb[m][(int64_t)h * K + k] += vsum(G->gb[m][k]);
                 for (int i = 0; i < in; i++)
-                    j->gW[m][((int64_t)h * K + k) * in + i] += hsum(G->gW[m][k][i]);
+                    j->gW[m][((int64_t)h * K + k) * in + i] += vsum(G->gW[m][k][i]);
             }
         }
     }

@@ -27,6 +27,13 @@ static inline vf vload(const float *p) {
 /* lane-wise select (C has no vector ?:): mask lanes are all ones or zero */
 static inline vf vselect(vi mask, vf a, vf b) { return (vf)(((vi)a & mask) | ((vi)b & ~mask)); }
 
+/* the sum of the lanes, pairwise */
+static inline float vsum(vf v) {
+    float t[VW];
+    memcpy(t, &v, sizeof t);
+    return ((t[0] + t[4]) + (t[2] + t[6])) + ((t[1] + t[5]) + (t[3] + t[7]));
+}
+
 #if defined(__AVX__)
 #include <immintrin.h>
 static inline vf vmin(vf a, vf b) { return (vf)_mm256_min_ps((__m256)a, (__m256)b); }
@@ -35,5 +42,34 @@ static inline vf vmax(vf a, vf b) { return (vf)_mm256_max_ps((__m256)a, (__m256)
 static inline vf vmin(vf a, vf b) { return vselect(a < b, a, b); }
 static inline vf vmax(vf a, vf b) { return vselect(a > b, a, b); }
 #endif
+
+/* exp(-z) = 2^n exp(-u), n = round(-z / ln 2), u = z + n ln 2 (|u| <= ln 2 / 2), exp(-u) by a
+ * degree-6 polynomial fitted for relative error (1e-7 in float32 arithmetic over the interval).
+ * z is clamped to [-88.72, 88.3], so n + 127 lies in [0, 255]; n is found by adding
+ * 1.5 * 2^23 + 127, which leaves n + 127 in the low mantissa bits, so shifting them into the
+ * exponent field gives 2^n: +inf at n = 128 (z <= -88.72, where exp(-z) overflows anyway) and 0
+ * at n = -127 (z >= 88.3, where the true value is a denormal under 4.6e-39). A NaN z is
+ * clamped to 88.3 (AVX min/max return their second operand), so callers that may see NaN check
+ * for it. Written for exp(-z) because both callers have -z at hand (SiLU's sigmoid, softmax's
+ * m - s). */
+static inline vf vexpneg(vf z0) {
+    vf z = vmax(vmin(z0, splat(88.3f)), splat(-88.72f));
+    const vf magic = splat(12582912.0f + 127.0f);
+    vf t = z * splat(-1.44269504088896341f) + magic;
+    vf n = t - magic;
+    vf u = z + n * splat(0.693145751953125f); /* ln 2 in two parts: n * hi is exact */
+    u = u + n * splat(1.428606765330187e-06f);
+    vf p = splat(0.0013836839934810996f);
+    p = p * u + splat(-0.008374815806746483f);
+    p = p * u + splat(0.04166822507977486f);
+    p = p * u + splat(-0.16666419804096222f);
+    p = p * u + splat(0.49999991059303284f);
+    p = p * u + splat(-1.0f);
+    p = p * u + splat(1.0f);
+    vi bits = (vi)t << 23;
+    vf scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
 
 #endif

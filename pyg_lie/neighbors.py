@@ -45,6 +45,12 @@ Backends
   ``pyg-lie bench neighbors`` (``docs/neighbors.md``): on the 2-core dev VM the
   k-d tree was 1.1-2x faster than torch-cluster at 10k-100k points (4 graphs,
   ~16 neighbours per point), on par at 1k, and ``cdist`` 3-20x slower.
+  Before any of these, :func:`radius_graph` with ``"auto"`` on CPU, points in 1
+  to 3 dimensions, a sorted (or no) ``batch`` and no truncation runs the native
+  cell lists of ``_native/radius_graph.c``: one pass, the same float64 rule
+  (products and sums rounded one by one, as in the shared step), the edges
+  already in order (1024 points, 32 neighbours each on average, 2 threads,
+  median of 200 calls: 0.8 ms against 4.7 ms through the k-d tree).
 
 Batches need not be sorted and graph ids may be any integers.
 """
@@ -60,6 +66,7 @@ import torch
 from torch import Tensor
 
 from ._sort import argsort_keys, sort_keys
+from .groups.base import _is_compiling
 
 __all__ = [
     "radius_graph",
@@ -528,8 +535,31 @@ def radius_graph(pos: Tensor, r: float, batch: Optional[Tensor] = None, loop: bo
     r = _check_scalar(r, "r")
     batch = _check_batch(batch, pos.size(0), pos.device, "batch", "pos")
     k = _check_k(max_num_neighbors)
+    if backend == "auto" and k is None:
+        out = _native_radius_graph(pos, r, batch, bool(loop))
+        if out is not None:
+            return out
     be = resolve_backend(backend, pos.device)
     return _search(pos, pos, r, batch, batch, True, bool(loop), k, be, all_pairs=False)
+
+
+def _native_radius_graph(pos: Tensor, r: float, batch: Optional[Tensor], loop: bool) -> Optional[Tensor]:
+    """:func:`radius_graph` by the native cell lists (``_native/radius_graph.c``) where they
+    apply: CPU, 1 to 3 dimensions, ``batch`` sorted or ``None``, outside ``torch.compile``;
+    else ``None``."""
+    from .nn import _native  # imported here: pyg_lie.nn imports this module
+
+    n, d = pos.shape
+    if pos.device.type != "cpu" or not 1 <= d <= 3 or n == 0 or _is_compiling() or not _native.available():
+        return None
+    if batch is None:
+        ptr = torch.tensor([0, n])
+    else:
+        if bool((batch[1:] < batch[:-1]).any()):
+            return None
+        ptr = torch.cat([torch.zeros(1, dtype=torch.long),
+                         (batch[1:] != batch[:-1]).nonzero().squeeze(1) + 1, torch.tensor([n])])
+    return _native.radius_graph(pos, ptr, r, loop)
 
 
 def radius(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor] = None,

@@ -9,7 +9,9 @@ or one shared ``Linear``/``SiLU`` MLP (a single "head" with several outputs).
 :func:`expand_edges` / :func:`complete_edges` (``edge_lists.c``, the lifted and complete
 graphs' edges of :mod:`pyg_lie.nn.lifted_edges`) and :func:`csr_scan` (``csr_scan.c``, the
 row pointer of :class:`~pyg_lie.nn._sparse_ops.CSRStructure`). :func:`se2_relative_log`
-(``se2_log.c``) computes :meth:`pyg_lie.groups.SE2.relative_log` in one pass, and
+(``se2_log.c``) computes :meth:`pyg_lie.groups.SE2.relative_log` in one pass,
+:func:`radius_graph` (``radius_graph.c``) the radius graphs of :mod:`pyg_lie.neighbors` by
+cell lists, and
 :func:`segment_softmax` / :func:`segment_softmax_backward` (``segment_softmax.c``) the
 softmax over target-sorted edges of :mod:`pyg_lie.nn.attention_core`. The ``*.c``
 files here (with ``simd.h``, their eight-float vector type and helpers) are built into one
@@ -42,7 +44,7 @@ from torch import Tensor
 
 __all__ = ["available", "uses_openmp", "headwise_supported", "headwise_forward", "headwise_backward",
            "csr_supported", "csr_sddmm", "csr_spmm", "radix_sort", "expand_edges", "complete_edges", "csr_scan",
-           "se2_relative_log", "segment_softmax_supported", "segment_softmax", "segment_softmax_backward",
+           "se2_relative_log", "radius_graph", "segment_softmax_supported", "segment_softmax", "segment_softmax_backward",
            "library_path"]
 
 _SOURCES = sorted(Path(__file__).parent.glob("*.c"))
@@ -156,6 +158,12 @@ def _load() -> Optional[ctypes.CDLL]:
         lib.se2_relative_log_f32.argtypes = [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 4, ctypes.c_int,
                                              ctypes.c_float, ctypes.c_int]
         lib.se2_relative_log_f32.restype = ctypes.c_int
+        lib.radius_graph_build.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64,
+                                           ctypes.c_void_p, ctypes.c_double, ctypes.c_double, ctypes.c_int,
+                                           ctypes.c_void_p, ctypes.c_int]
+        lib.radius_graph_build.restype = ctypes.c_void_p
+        lib.radius_graph_fill.argtypes = [ctypes.c_void_p, *[ctypes.c_void_p] * 3, ctypes.c_int]
+        lib.radius_graph_fill.restype = None
         lib.segment_softmax_f32.argtypes = [*[ctypes.c_int64] * 3, *[ctypes.c_void_p] * 3, ctypes.c_int]
         lib.segment_softmax_backward_f32.argtypes = [*[ctypes.c_int64] * 3, *[ctypes.c_void_p] * 4, ctypes.c_int]
         lib.segment_softmax_f32.restype = lib.segment_softmax_backward_f32.restype = ctypes.c_int
@@ -341,6 +349,27 @@ def se2_relative_log(g: Tensor, edge_index: Tensor, cut_below: Optional[float]) 
                                          out.data_ptr(), cut_below is not None,
                                          0.0 if cut_below is None else cut_below, torch.get_num_threads())
     return None if rc else out
+
+
+def radius_graph(pos: Tensor, ptr: Tensor, r: float, loop: bool) -> Optional[Tensor]:
+    """``(2, E)`` edges (row 0 source ``j``, row 1 target ``i``, in ``(i, j)`` order) of the
+    points ``pos (N, d)`` (``1 <= d <= 3``, finite, CPU) of the graphs ``ptr[b] .. ptr[b + 1] - 1``
+    (``ptr (B + 1,)``, int64) within distance ``r`` of each other, by the float64 rule of
+    :mod:`pyg_lie.neighbors`; with ``loop``, the self pairs too. ``None`` when out of memory."""
+    pos = pos.detach().to(torch.float64).contiguous()
+    ptr = ptr.to(torch.int64).contiguous()
+    N, d = pos.shape
+    counts = ptr.new_empty(N)
+    lib = _library()
+    h = lib.radius_graph_build(N, d, pos.data_ptr(), ptr.numel() - 1, ptr.data_ptr(), r * r, r, int(loop),
+                               counts.data_ptr(), torch.get_num_threads())
+    if not h:
+        return None
+    rowptr = torch.zeros(N + 1, dtype=torch.int64)
+    torch.cumsum(counts, 0, out=rowptr[1:])
+    out = ptr.new_empty(2, int(rowptr[-1]))
+    lib.radius_graph_fill(h, rowptr.data_ptr(), out[0].data_ptr(), out[1].data_ptr(), torch.get_num_threads())
+    return out
 
 
 def segment_softmax_supported(*ts: Tensor) -> bool:

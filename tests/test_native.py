@@ -379,3 +379,17 @@ def test_native_graph_steps_match_torch(monkeypatch):
         _equal_fields(s, CSRStructure.build(ei, n, transpose=t))
     assert any(s.complete for s, *_ in structures) and any(s.degree and not s.complete for s, *_ in structures)
     assert any(s.perm is not None for s, *_ in structures)  # the unsorted graph takes the sort
+
+
+@pytest.mark.skipif(not _native.available(), reason="native kernels not built (no C compiler)")
+def test_native_csr_transpose_refuses_bad_patterns():
+    """Out-of-range sources or a pointer that does not cover the edges: None, for the torch path."""
+    col = torch.tensor([0, 2, 1, 1])
+    assert _native.csr_transpose(torch.tensor([0, 2, 3, 4]), col) is not None
+    assert _native.csr_transpose(torch.tensor([0, 2, 3, 4]), torch.tensor([0, 3, 1, 1])) is None
+    assert _native.csr_transpose(torch.tensor([0, 2, 3, 3]), col) is None
+    assert _native.csr_transpose(torch.tensor([0, 3, 2, 4]), col) is None
+    assert _native.csr_transpose(torch.tensor([0, 9, 2, 4]), col) is None  # past the edges, then back
+    crow_t, col_t, perm_t, iperm_t = _native.csr_transpose(torch.tensor([0, 2, 3, 4]), col)
+    assert crow_t.tolist() == [0, 1, 3, 4] and col_t.tolist() == [0, 1, 2, 0] and perm_t.tolist() == [0, 2, 3, 1]
+    assert torch.equal(perm_t[iperm_t], torch.arange(4))

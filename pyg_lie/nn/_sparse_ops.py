@@ -122,11 +122,17 @@ class CSRStructure:
             return self.crow, self.col, None, None, None, None
         if self.perm_t is not None:
             return self.crow, self.col, self.crow_t, self.col_t, self.perm_t, self.iperm_t
-        perm_t = argsort_keys(self.col)[1]  # (src, dst) order: stable, and the edges are in dst order
-        iperm_t = torch.empty_like(perm_t).index_copy_(0, perm_t, torch.arange(perm_t.numel(),
-                                                                                device=perm_t.device))
-        crow_t = _row_pointer(self.col.index_select(0, perm_t), self.num_nodes)
-        col_t = self.row.index_select(0, perm_t)
+        native = None
+        if not _is_compiling() and self.col.device.type == "cpu" and _native.available():
+            native = _native.csr_transpose(self.crow, self.col)  # one counting sort in C
+        if native is not None:
+            crow_t, col_t, perm_t, iperm_t = native
+        else:
+            perm_t = argsort_keys(self.col)[1]  # (src, dst) order: stable, and the edges are in dst order
+            iperm_t = torch.empty_like(perm_t).index_copy_(0, perm_t, torch.arange(perm_t.numel(),
+                                                                                    device=perm_t.device))
+            crow_t = _row_pointer(self.col.index_select(0, perm_t), self.num_nodes)
+            col_t = self.row.index_select(0, perm_t)
         if not _is_compiling():
             self.perm_t, self.iperm_t, self.crow_t, self.col_t = perm_t, iperm_t, crow_t, col_t
         return self.crow, self.col, crow_t, col_t, perm_t, iperm_t

@@ -44,6 +44,7 @@ from torch import Tensor
 
 __all__ = ["available", "uses_openmp", "headwise_supported", "headwise_forward", "headwise_backward",
            "csr_supported", "csr_sddmm", "csr_spmm", "radix_sort", "expand_edges", "complete_edges", "csr_scan",
+           "csr_transpose",
            "se2_relative_log", "radius_graph", "segment_softmax_supported", "segment_softmax", "segment_softmax_backward",
            "library_path"]
 
@@ -155,6 +156,8 @@ def _load() -> Optional[ctypes.CDLL]:
         lib.complete_edges_i64.restype = ctypes.c_int
         lib.csr_scan_i64.argtypes = [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 4]
         lib.csr_scan_i64.restype = ctypes.c_int
+        lib.csr_transpose_i64.argtypes = [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 6]
+        lib.csr_transpose_i64.restype = ctypes.c_int
         lib.se2_relative_log_f32.argtypes = [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 4, ctypes.c_int,
                                              ctypes.c_float, ctypes.c_int]
         lib.se2_relative_log_f32.restype = ctypes.c_int
@@ -335,6 +338,20 @@ def csr_scan(src: Tensor, dst: Tensor, num_nodes: int) -> Optional[Tuple[Tensor,
                                info.data_ptr()):
         return None
     return crow, int(info[0]), bool(info[1])
+
+
+def csr_transpose(crow: Tensor, col: Tensor) -> Optional[Tuple[Tensor, Tensor, Tensor, Tensor]]:
+    """``(crow_t, col_t, perm_t, iperm_t)``: the transposed pattern of the CSR graph ``crow
+    (N + 1,)``, ``col (E,)`` (int64, CPU) as in
+    :meth:`~pyg_lie.nn._sparse_ops.CSRStructure.parts`, by one counting sort of the sources;
+    ``None`` if a source is out of range or ``crow`` is not a pointer of ``E`` edges."""
+    crow, col = crow.to(torch.int64).contiguous(), col.to(torch.int64).contiguous()
+    crow_t = torch.empty_like(crow)
+    col_t, perm_t, iperm_t = (torch.empty_like(col) for _ in range(3))
+    if _library().csr_transpose_i64(crow.numel() - 1, col.numel(), crow.data_ptr(), col.data_ptr(), crow_t.data_ptr(),
+                                    col_t.data_ptr(), perm_t.data_ptr(), iperm_t.data_ptr()):
+        return None
+    return crow_t, col_t, perm_t, iperm_t
 
 
 def se2_relative_log(g: Tensor, edge_index: Tensor, cut_below: Optional[float]) -> Optional[Tensor]:

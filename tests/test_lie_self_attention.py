@@ -191,7 +191,7 @@ def test_compiled_block_runs_the_fused_kernels(monkeypatch, graph):
 
     def counted(owner, name):  # the sparse kernels, torch's (through _csr) or the native ones
         fn = getattr(owner, name)
-        monkeypatch.setattr(owner, name, lambda *a: calls.append(name) or fn(*a))
+        monkeypatch.setattr(owner, name, lambda *a, **k: calls.append(name) or fn(*a, **k))
     counted(so, "_csr")
     counted(so._native, "csr_sddmm")
     counted(so._native, "csr_spmm")
@@ -241,6 +241,9 @@ def test_sparse_operators_pass_opcheck():
     w = torch.randn(2, s.row.numel(), dtype=torch.float64, requires_grad=True)  # (heads, E)
     torch.library.opcheck(torch.ops.pyg_lie.csr_sddmm, (A, B, *s.parts(True)))
     torch.library.opcheck(torch.ops.pyg_lie.csr_spmm, (w, B, *s.parts(True)))
+    # the backward passes' SpMM on the transposed pattern (no autograd formula: no gradients)
+    crow, col, crow_t, col_t, perm_t, iperm_t = s.parts(True)
+    torch.library.opcheck(torch.ops.pyg_lie.csr_spmm_permuted, (w.detach(), perm_t, B.detach(), crow_t, col_t))
 
 
 @pytest.mark.parametrize("name", [n for n in ("SO2", "SE2", "SO3", "SE3") if n in GROUPS])

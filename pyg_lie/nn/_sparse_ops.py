@@ -201,14 +201,37 @@ def _save(ctx, inputs, output) -> None:
     ctx.save_for_backward(*inputs)
 
 
+# SpMM on a transposed pattern with weights in the original edge order, for the backward
+# passes: the native kernel reads them through the permutation instead of gathering them
+# (a random gather of (H, E) floats per backward). No autograd formula: called only where no
+# gradient is recorded (a double backward takes the differentiable gather and _spmm_op).
+@torch.library.custom_op("pyg_lie::csr_spmm_permuted", mutates_args=())
+def _spmm_permuted_op(w: Tensor, wperm: Tensor, V: Tensor, crow_t: Tensor, col_t: Tensor) -> Tensor:
+    if _native.csr_supported(w, V):
+        return _native.csr_spmm(w, V, crow_t, col_t, wperm=wperm)
+    return _spmm_op(select(w, 1, wperm), V, crow_t, col_t, None, None, None, None)
+
+
+@_spmm_permuted_op.register_fake
+def _(w, wperm, V, crow_t, col_t):
+    return V.new_empty(crow_t.shape[0] - 1, V.shape[1], V.shape[2])
+
+
+def _transposed_spmm(w: Tensor, V: Tensor, p) -> Tensor:
+    """SpMM on the transposed pattern of ``p`` with weights ``w (H, E)`` in ``p``'s edge order."""
+    pt, perm_t = _transposed(p)
+    if not torch.is_grad_enabled():
+        return _spmm_permuted_op(w, perm_t, V, pt[0], pt[1])
+    return _spmm_op(select(w, 1, perm_t), V, *pt)
+
+
 def _sddmm_backward(ctx, g: Tensor):
     A, B, *p = ctx.saved_tensors
     gA = gB = None
     if ctx.needs_input_grad[0]:
         gA = _spmm_op(g, B, *p)
     if ctx.needs_input_grad[1]:
-        pt, perm_t = _transposed(p)
-        gB = _spmm_op(select(g, 1, perm_t), A, *pt)
+        gB = _transposed_spmm(g, A, p)
     return gA, gB, None, None, None, None, None, None
 
 
@@ -218,14 +241,13 @@ def _spmm_backward(ctx, g: Tensor):
     if ctx.needs_input_grad[0]:
         gw = _sddmm_op(g, V, *p)
     if ctx.needs_input_grad[1]:
-        pt, perm_t = _transposed(p)
-        gV = _spmm_op(select(w, 1, perm_t), g, *pt)
+        gV = _transposed_spmm(w, g, p)
     return gw, gV, None, None, None, None, None, None
 
 
 _sddmm_op.register_autograd(_sddmm_backward, setup_context=_save)
 _spmm_op.register_autograd(_spmm_backward, setup_context=_save)
-float32_under_autocast(_sddmm_op, _spmm_op)
+float32_under_autocast(_sddmm_op, _spmm_op, _spmm_permuted_op)
 
 
 def _needs_transpose(*ts: Tensor) -> bool:

@@ -146,7 +146,8 @@ def _load() -> Optional[ctypes.CDLL]:
         lib.headwise_mlp_openmp.argtypes, lib.headwise_mlp_openmp.restype = [], ctypes.c_int
         for name in ("csr_sddmm_f32", "csr_sddmm_f64", "csr_spmm_f32", "csr_spmm_f64"):
             fn = getattr(lib, name)
-            fn.argtypes = [*[ctypes.c_int64] * 4, *[ctypes.c_void_p] * 5, ctypes.c_int]
+            pointers = 6 if "spmm" in name else 5  # SpMM: the weights' permutation too
+            fn.argtypes = [*[ctypes.c_int64] * 4, *[ctypes.c_void_p] * pointers, ctypes.c_int]
             fn.restype = ctypes.c_int
         lib.radix_sort_i64.argtypes = [ctypes.c_int64, *[ctypes.c_void_p] * 4]
         lib.radix_sort_i64.restype = ctypes.c_int
@@ -256,11 +257,14 @@ def csr_supported(*ts: Tensor) -> bool:
             and all(t.device.type == "cpu" and t.dtype == dtype for t in ts) and available())
 
 
-def _csr_call(kind: str, X: Tensor, Y: Tensor, crow: Tensor, col: Tensor, out: Tensor, H: int, D: int) -> Tensor:
+def _csr_call(kind: str, X: Tensor, Y: Tensor, crow: Tensor, col: Tensor, out: Tensor, H: int, D: int,
+              *extra: Optional[Tensor]) -> Tensor:
     suffix = "f32" if out.dtype == torch.float32 else "f64"
     crow, col = crow.to(torch.int64).contiguous(), col.to(torch.int64).contiguous()
+    extra = tuple(None if t is None else t.to(torch.int64).contiguous() for t in extra)
     rc = getattr(_library(), f"csr_{kind}_{suffix}")(crow.numel() - 1, H, D, col.numel(), X.data_ptr(),
                                                     Y.data_ptr(), crow.data_ptr(), col.data_ptr(),
+                                                    *(None if t is None else t.data_ptr() for t in extra),
                                                     out.data_ptr(), torch.get_num_threads())
     _check(rc, f"csr_{kind}")
     return out
@@ -274,12 +278,13 @@ def csr_sddmm(A: Tensor, B: Tensor, crow: Tensor, col: Tensor) -> Tensor:
     return _csr_call("sddmm", A, B, crow, col, out, A.shape[1], A.shape[2])
 
 
-def csr_spmm(w: Tensor, V: Tensor, crow: Tensor, col: Tensor) -> Tensor:
+def csr_spmm(w: Tensor, V: Tensor, crow: Tensor, col: Tensor, wperm: Optional[Tensor] = None) -> Tensor:
     """``(N, H, Dv)`` sums ``sum_{j -> i} w[h, e] V[j, h]`` over the CSR edges for ``w (H, E)``
-    and ``V (M, H, Dv)``."""
+    and ``V (M, H, Dv)``; with ``wperm (E,)``, edge ``e`` takes the weights ``w[:, wperm[e]]``
+    (``w`` is then in another edge order, a permutation of this pattern's)."""
     w, V = w.contiguous(), V.contiguous()
     out = V.new_empty(crow.numel() - 1, V.shape[1], V.shape[2])
-    return _csr_call("spmm", w, V, crow, col, out, V.shape[1], V.shape[2])
+    return _csr_call("spmm", w, V, crow, col, out, V.shape[1], V.shape[2], wperm)
 
 
 def radix_sort(key: Tensor, perm: bool = True) -> Optional[Tuple[Tensor, Optional[Tensor]]]:

@@ -1,10 +1,11 @@
 /* Multi-head products on a CSR graph (rows = targets i, columns = sources j), float32 and float64.
  *
  *   SDDMM  out[h, e] = A[i, h, :] . B[j, h, :]              for every edge e = (j -> i)
- *   SpMM   out[i, h, :] = sum_{e = (j -> i)} w[h, e] V[j, h, :]
+ *   SpMM   out[i, h, :] = sum_{e = (j -> i)} w[h, wperm[e]] V[j, h, :]    (wperm NULL: w[h, e])
  *
  * for A, B (N, H, D), V (N, H, Dv) and w, out (H, E) row-major, edges in CSR order (crow (N + 1),
- * col (E), int64). torch's sparse kernels take one head per call and a CSR tensor built for
+ * col (E), int64). wperm lets the backward passes run SpMM on the transposed pattern with
+ * weights stored in the original edge order, without gathering them first. torch's sparse kernels take one head per call and a CSR tensor built for
  * each; here one pass over the rows serves every head, threads (OpenMP, torch's pool) take
  * whole rows, so every output is written by one thread and no atomics are needed.
  * Dot products are summed in LANES partial sums so that the compiler can vectorise them
@@ -55,7 +56,7 @@
     }                                                                                                      \
                                                                                                            \
     int csr_spmm_##S(int64_t N, int64_t H, int64_t Dv, int64_t E, const T *w, const T *V,                  \
-                     const int64_t *crow, const int64_t *col, T *out, int nthreads) {                      \
+                     const int64_t *crow, const int64_t *col, const int64_t *wperm, T *out, int nthreads) {\
         _Pragma("omp parallel for num_threads(nthreads) schedule(dynamic, 16)")                            \
         for (int64_t i = 0; i < N; i++) {                                                                  \
             T *o = out + i * H * Dv;                                                                       \
@@ -63,7 +64,7 @@
             for (int64_t e = crow[i]; e < crow[i + 1]; e++) {                                              \
                 const T *v = V + col[e] * H * Dv;                                                          \
                 for (int64_t h = 0; h < H; h++) {                                                          \
-                    const T we = w[h * E + e];                                                             \
+                    const T we = w[h * E + (wperm ? wperm[e] : e)];                                        \
                     for (int64_t d = 0; d < Dv; d++) o[h * Dv + d] += we * v[h * Dv + d];                  \
                 }                                                                                          \
             }                                                                                              \
@@ -135,7 +136,7 @@ int csr_sddmm_f32(int64_t N, int64_t H, int64_t D, int64_t E, const float *A, co
 /* nv <= ROW_VECTORS output vectors from column c0 of row i of the SpMM; inlined with
  * nv = ROW_VECTORS a constant for full chunks, so that the accumulators stay in registers */
 INLINE void spmm_chunk(int64_t i, int64_t c0, int nv, int64_t W, int64_t Dv, int64_t E, const float *w,
-                       const float *V, const int64_t *crow, const int64_t *col, float *out) {
+                       const float *V, const int64_t *crow, const int64_t *col, const int64_t *wperm, float *out) {
     vf acc[ROW_VECTORS];
     const float *wk[ROW_VECTORS]; /* the weights of each vector's head */
     for (int k = 0; k < nv; k++) {
@@ -144,21 +145,22 @@ INLINE void spmm_chunk(int64_t i, int64_t c0, int nv, int64_t W, int64_t Dv, int
     }
     for (int64_t e = crow[i]; e < crow[i + 1]; e++) {
         const float *v = V + col[e] * W + c0;
-        for (int k = 0; k < nv; k++) acc[k] += wk[k][e] * vload(v + 8 * k);
+        const int64_t ew = wperm ? wperm[e] : e;
+        for (int k = 0; k < nv; k++) acc[k] += wk[k][ew] * vload(v + 8 * k);
     }
     for (int k = 0; k < nv; k++) memcpy(out + i * W + c0 + 8 * k, &acc[k], sizeof(vf));
 }
 
 int csr_spmm_f32(int64_t N, int64_t H, int64_t Dv, int64_t E, const float *w, const float *V, const int64_t *crow,
-                 const int64_t *col, float *out, int nthreads) {
-    if (Dv % 8) return csr_spmm_f32_generic(N, H, Dv, E, w, V, crow, col, out, nthreads);
+                 const int64_t *col, const int64_t *wperm, float *out, int nthreads) {
+    if (Dv % 8) return csr_spmm_f32_generic(N, H, Dv, E, w, V, crow, col, wperm, out, nthreads);
     const int64_t W = H * Dv; /* floats per row; every vector lies within one head */
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 16)
     for (int64_t i = 0; i < N; i++) {
         for (int64_t c0 = 0; c0 < W; c0 += 8 * ROW_VECTORS) {
             const int64_t nv = (W - c0) / 8;
-            if (nv >= ROW_VECTORS) spmm_chunk(i, c0, ROW_VECTORS, W, Dv, E, w, V, crow, col, out);
-            else spmm_chunk(i, c0, (int)nv, W, Dv, E, w, V, crow, col, out);
+            if (nv >= ROW_VECTORS) spmm_chunk(i, c0, ROW_VECTORS, W, Dv, E, w, V, crow, col, wperm, out);
+            else spmm_chunk(i, c0, (int)nv, W, Dv, E, w, V, crow, col, wperm, out);
         }
     }
     return 0;

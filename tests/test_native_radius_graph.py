@@ -101,3 +101,17 @@ def test_compiled_graph_matches(monkeypatch):
     out = radius_graph(pos, 0.2)
     assert calls == [] and torch.equal(out, radius_graph(pos, 0.2, backend="kdtree"))
     assert math.isfinite(float(out.float().sum()))
+
+
+def test_clustered_cloud_falls_back_to_the_kdtree(monkeypatch):
+    """A tight cluster and one far point: the capped grid puts the cluster in one cell, with
+    n^2 candidates; the kernel declines before deciding them and the k-d tree answers."""
+    results = []
+    real = _native.radius_graph
+    monkeypatch.setattr(_native, "radius_graph", lambda *a: results.append(real(*a)) or results[-1])
+    gen = torch.Generator().manual_seed(5)
+    pos = torch.cat([torch.rand(9000, 2, generator=gen, dtype=torch.float64) * 1e-3,
+                     torch.tensor([[1e9, 1e9]], dtype=torch.float64)])
+    out = radius_graph(pos, 1e-5)
+    assert len(results) == 1 and results[0] is None
+    assert torch.equal(out, radius_graph(pos, 1e-5, backend="kdtree"))

@@ -377,7 +377,9 @@ def radius_graph(pos: Tensor, ptr: Tensor, r: float, loop: bool) -> Optional[Ten
     """``(2, E)`` edges (row 0 source ``j``, row 1 target ``i``, in ``(i, j)`` order) of the
     points ``pos (N, d)`` (``1 <= d <= 3``, finite, CPU) of the graphs ``ptr[b] .. ptr[b + 1] - 1``
     (``ptr (B + 1,)``, int64) within distance ``r`` of each other, by the float64 rule of
-    :mod:`pyg_lie.neighbors`; with ``loop``, the self pairs too. ``None`` when out of memory."""
+    :mod:`pyg_lie.neighbors`; with ``loop``, the self pairs too. ``None`` when out of memory or
+    when the grid's candidate pairs exceed ``256 N + 2^25`` (clouds far denser in places than
+    their bounding boxes), for the caller's k-d tree."""
     pos = pos.detach().to(torch.float64).contiguous()
     ptr = ptr.to(torch.int64).contiguous()
     N, d = pos.shape

@@ -13,7 +13,8 @@
  *   h = radius_graph_build(N, d, pos, B, gptr, r2, r, loop, counts, nthreads)
  *   radius_graph_fill(h, rowptr, src, dst, nthreads)      (frees h)
  *
- * build returns NULL when out of memory; it decides every pair, keeps each target's sorted
+ * build returns NULL when out of memory or when the candidates exceed 256 N + 2^25 (see
+ * below); it decides every pair, keeps each target's sorted
  * sources in a scratch row as long as its candidate list, and writes the in-degrees to counts
  * (N); fill copies target i's edges to rowptr[i] .. rowptr[i + 1] - 1. Threads: OpenMP over
  * targets. Built and loaded by _native/__init__.py.
@@ -115,6 +116,8 @@ static inline __attribute__((always_inline)) int64_t decide(const grid_t *g, int
 }
 
 #define BITMAP_WORDS 256
+#define MAX_CANDIDATES_PER_POINT 256
+#define MIN_CANDIDATE_CAP ((int64_t)1 << 25)
 
 /* sorts the n distinct ids a[0 .. n): through a bitmap where their range is short (the common
  * case of graphs of a few thousand points: one pass over a few words), else by comparisons */
@@ -217,6 +220,10 @@ void *radius_graph_build(int64_t N, int d, const double *pos, int64_t B, const i
         FOR_CELL_ROWS(g, i, n += q1_ - q0_);
         g->cand[i + 1] = g->cand[i] + n;
     }
+    /* a cloud much denser in places than its bounding box suggests (a tight cluster and a far
+     * outlier) falls into few cells of the capped grid, with up to n^2 candidates: leave it
+     * to the caller's k-d tree, before deciding or allocating anything per candidate */
+    if (g->cand[N] > MAX_CANDIDATES_PER_POINT * N + MIN_CANDIDATE_CAP) goto fail;
     g->scratch = malloc((g->cand[N] + 1) * sizeof *g->scratch);
     if (!g->scratch) goto fail;
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 64)

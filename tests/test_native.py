@@ -166,13 +166,18 @@ def test_builds_from_scratch_into_the_cache(monkeypatch, tmp_path):
     _close(_native.headwise_forward(x, params), y_ref, 1e-6)
 
 
-def test_cache_key_covers_the_shared_header(monkeypatch, tmp_path):
-    """The kernels include ``simd.h``: editing it must give a new library, not a stale one."""
-    assert [p.name for p in _native._HEADERS] == ["simd.h"]
+@pytest.mark.parametrize("name", ["csr.h", "simd.h"])
+def test_cache_key_covers_the_shared_headers(monkeypatch, tmp_path, name):
+    """The kernels include ``csr.h`` and ``simd.h``: editing either must give a new library,
+    not a stale one."""
+    assert [p.name for p in _native._HEADERS] == ["csr.h", "simd.h"]
     before = _native.library_path()
-    edited = tmp_path / "simd.h"
-    edited.write_bytes(_native._HEADERS[0].read_bytes() + b"\n/* edited */\n")
-    monkeypatch.setattr(_native, "_HEADERS", [edited])
+    headers = list(_native._HEADERS)
+    i = [p.name for p in headers].index(name)
+    edited = tmp_path / name
+    edited.write_bytes(headers[i].read_bytes() + b"\n/* edited */\n")
+    headers[i] = edited
+    monkeypatch.setattr(_native, "_HEADERS", headers)
     assert _native.library_path() != before
 
 

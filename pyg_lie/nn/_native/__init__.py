@@ -14,9 +14,9 @@ row pointer of :class:`~pyg_lie.nn._sparse_ops.CSRStructure`). :func:`se2_relati
 cell lists, and
 :func:`segment_softmax` / :func:`segment_softmax_backward` (``segment_softmax.c``) the
 softmax over target-sorted edges of :mod:`pyg_lie.nn.attention_core`. The ``*.c``
-files here (with ``simd.h``, their eight-float vector type and helpers) are built into one
-shared library, once per sources, compiler flags and CPU, into
-``$PYG_LIE_CACHE`` (default ``$XDG_CACHE_HOME/pyg_lie`` or ``~/.cache/pyg_lie``) with
+files here (with ``simd.h``, their eight-float vector type and helpers, and ``csr.h``, the
+CSR-pointer check) are built into one shared library, once per sources, compiler flags and
+CPU, into ``$PYG_LIE_CACHE`` (default ``$XDG_CACHE_HOME/pyg_lie`` or ``~/.cache/pyg_lie``) with
 ``-O3 -march=native -fopenmp``; it needs only a C compiler (``$CC`` or ``cc``), no PyTorch
 headers, and builds in about a second. Its threads are
 torch's: the OpenMP runtime it links (``libgomp.so.1``) resolves, in a process that imported

@@ -20,6 +20,8 @@
  */
 #include <stdint.h>
 
+#include "csr.h"
+
 int csr_scan_i64(int64_t E, int64_t N, const int64_t *src, const int64_t *dst, int64_t *crow, int64_t *info) {
     int64_t row = 0; /* crow[0 .. row] written */
     crow[0] = 0;
@@ -45,9 +47,7 @@ int csr_scan_i64(int64_t E, int64_t N, const int64_t *src, const int64_t *dst, i
 
 int csr_transpose_i64(int64_t N, int64_t E, const int64_t *crow, const int64_t *col, int64_t *crow_t, int64_t *col_t,
                       int64_t *perm_t, int64_t *iperm_t) {
-    if (crow[0] != 0 || crow[N] != E) return 1;
-    for (int64_t i = 0; i < N; i++)
-        if (crow[i + 1] < crow[i]) return 1;
+    if (csr_bad_ptr(N, E, crow)) return 1;
     for (int64_t c = 0; c <= N; c++) crow_t[c] = 0;
     for (int64_t e = 0; e < E; e++) {
         if (col[e] < 0 || col[e] >= N) return 1;

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "csr.h"
 #include "simd.h"
 
 /* lanes l < n */
@@ -116,17 +117,9 @@ static void softmax_backward_segment(const float *g, const float *w, float *out,
     }
 }
 
-/* 0, or 1 if ptr is not a pointer of E edges in N segments */
-static int check_ptr(int64_t N, int64_t E, const int64_t *ptr) {
-    if (ptr[0] != 0 || ptr[N] != E) return 1;
-    for (int64_t i = 0; i < N; i++)
-        if (ptr[i + 1] < ptr[i]) return 1;
-    return 0;
-}
-
 int segment_softmax_f32(int64_t R, int64_t N, int64_t E, const float *s, const int64_t *ptr, float *w,
                         int nthreads) {
-    if (check_ptr(N, E, ptr)) return 1;
+    if (csr_bad_ptr(N, E, ptr)) return 1;
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 64) collapse(2)
     for (int64_t r = 0; r < R; r++)
         for (int64_t i = 0; i < N; i++)
@@ -136,7 +129,7 @@ int segment_softmax_f32(int64_t R, int64_t N, int64_t E, const float *s, const i
 
 int segment_softmax_backward_f32(int64_t R, int64_t N, int64_t E, const float *g, const float *w, const int64_t *ptr,
                                  float *out, int nthreads) {
-    if (check_ptr(N, E, ptr)) return 1;
+    if (csr_bad_ptr(N, E, ptr)) return 1;
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 64) collapse(2)
     for (int64_t r = 0; r < R; r++)
         for (int64_t i = 0; i < N; i++) {

@@ -261,6 +261,14 @@ def _group_ptr(sorted_ids: Tensor, num_groups: int) -> Tensor:
     return torch.searchsorted(sorted_ids, torch.arange(num_groups + 1, device=sorted_ids.device))
 
 
+def _sorted_ranks(batch: Tensor) -> Tensor:
+    """Dense graph ids ``0 .. B - 1`` ``(N,)`` of a sorted, non-empty ``batch``, by a cumsum of
+    its boundaries."""
+    ranks = torch.zeros(batch.numel(), dtype=torch.long, device=batch.device)
+    ranks[1:] = torch.cumsum((batch[1:] != batch[:-1]).long(), 0)
+    return ranks
+
+
 @torch.no_grad()
 def _search(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor], batch_y: Optional[Tensor],
             same: bool, loop: bool, k: Optional[int], backend: str, all_pairs: bool) -> Tensor:
@@ -278,9 +286,7 @@ def _search(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor], batch_y: 
         gy = gx if same else torch.zeros(ny, dtype=torch.long, device=device)
         num_graphs = 1
     elif same and bool((batch_x[1:] >= batch_x[:-1]).all()):
-        gx = torch.zeros(nx, dtype=torch.long, device=device)  # sorted: ranks by a cumsum
-        gx[1:] = torch.cumsum((batch_x[1:] != batch_x[:-1]).long(), 0)
-        gy = gx
+        gx = gy = _sorted_ranks(batch_x)
         num_graphs = int(gx[-1]) + 1
     else:
         if batch_x is None:
@@ -557,8 +563,8 @@ def _native_radius_graph(pos: Tensor, r: float, batch: Optional[Tensor], loop: b
     else:
         if bool((batch[1:] < batch[:-1]).any()):
             return None
-        ptr = torch.cat([torch.zeros(1, dtype=torch.long),
-                         (batch[1:] != batch[:-1]).nonzero().squeeze(1) + 1, torch.tensor([n])])
+        ranks = _sorted_ranks(batch)
+        ptr = _group_ptr(ranks, int(ranks[-1]) + 1)
     return _native.radius_graph(pos, ptr, r, loop)
 
 

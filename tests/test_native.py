@@ -166,11 +166,11 @@ def test_builds_from_scratch_into_the_cache(monkeypatch, tmp_path):
     _close(_native.headwise_forward(x, params), y_ref, 1e-6)
 
 
-@pytest.mark.parametrize("name", ["csr.h", "simd.h"])
+@pytest.mark.parametrize("name", ["csr.h", "simd.h", "softmax.h"])
 def test_cache_key_covers_the_shared_headers(monkeypatch, tmp_path, name):
-    """The kernels include ``csr.h`` and ``simd.h``: editing either must give a new library,
-    not a stale one."""
-    assert [p.name for p in _native._HEADERS] == ["csr.h", "simd.h"]
+    """The kernels include ``csr.h``, ``simd.h`` and ``softmax.h``: editing any must give a new
+    library, not a stale one."""
+    assert [p.name for p in _native._HEADERS] == ["csr.h", "simd.h", "softmax.h"]
     before = _native.library_path()
     headers = list(_native._HEADERS)
     i = [p.name for p in headers].index(name)

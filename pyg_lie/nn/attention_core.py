@@ -6,7 +6,7 @@ aggregate is zero), never NaN.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -16,8 +16,9 @@ from .._gather import select
 from ..groups.base import _is_compiling
 from . import _native
 from ._autocast import float32_under_autocast
+from ._sparse_ops import CSRStructure, csr_aggregate, csr_scores
 
-__all__ = ["edge_attention", "dense_edge_attention"]
+__all__ = ["edge_attention", "dense_edge_attention", "csr_softmax_attention"]
 
 
 def edge_attention(
@@ -206,3 +207,72 @@ def _softmax_grad(ctx, g: Tensor):
 
 _softmax_op.register_autograd(_softmax_grad, setup_context=_softmax_setup)
 float32_under_autocast(_softmax_op, _softmax_backward_op)
+
+
+# ------------------------------------------------------------ fused CSR softmax attention
+def csr_softmax_attention(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: Tensor) -> Tuple[Tensor, Tensor]:
+    r"""Multi-head softmax attention on the target-sorted edges of ``s``:
+
+    .. math::
+        w_{h,e} = \operatorname{softmax}_{e \to i}\big(q_{i,h} \cdot k_{j,h} + l_{h,e}\big),
+        \qquad \mathrm{out}_{i,h} = \sum_{e = (j \to i)} w_{h,e}\, v_{j,h}
+
+    for ``q, k, v (N, H, D)`` and location scores ``l (H, E)`` in sorted edge order.
+    Returns ``(out (N, H, D), w (H, E))``. On CPU in float32 with ``D`` a multiple of 8
+    (outside ``torch.compile``, graphs that are not complete clouds) one native kernel
+    (``csr_attention_f32`` of ``_native/csr_products.c``) does the SDDMM, the softmax and
+    the SpMM row by row, and its backward two passes, with the same arithmetic in the same
+    order as the unfused path, so the results agree to the bit (where in-degrees differ;
+    with a uniform in-degree the unfused path's dense softmax agrees to rounding).
+    Elsewhere, and for gradients of gradients, the unfused operators
+    (:func:`~._sparse_ops.csr_scores`, :func:`edge_attention`,
+    :func:`~._sparse_ops.csr_aggregate`) compute it.
+    """
+    if not _is_compiling() and not s.complete and _native.csr_attention_supported(q, k, v, l):
+        return _CSRSoftmaxAttention.apply(q, k, v, l, s)
+    return _unfused_csr_attention(s, q, k, v, l)
+
+
+def _unfused_csr_attention(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: Tensor) -> Tuple[Tensor, Tensor]:
+    N, H, D = v.shape
+    # (kc + l).t() leads: the scores keep the (H, E) memory order the sorted softmax reduces along
+    w = edge_attention((csr_scores(s, q, k) + l).t(), s.row, N, ptr=s.crow, degree=s.degree).t().contiguous()
+    return csr_aggregate(s, w, v).view(N, H, D), w
+
+
+class _CSRSoftmaxAttention(torch.autograd.Function):
+    """:func:`csr_softmax_attention` by the native kernels; the backward recomputes nothing
+    (it reads the forward's weights) and falls back to the unfused operators when a
+    differentiable gradient is asked for (``create_graph``)."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, l: Tensor, s: CSRStructure):
+        res = _native.csr_attention(q, k, v, l, s.crow, s.col)
+        if res is None:
+            raise RuntimeError("csr_softmax_attention: the structure's row pointer does not match its edges")
+        out, w = res
+        ctx.s = s
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(q, k, v, l, w)
+        return out, w
+
+    @staticmethod
+    def backward(ctx, g: Optional[Tensor], gw: Optional[Tensor]):
+        q, k, v, l, w = ctx.saved_tensors
+        s = ctx.s
+        if g is None and gw is None:
+            return None, None, None, None, None
+        if torch.is_grad_enabled():  # create_graph=True: differentiate the unfused operators
+            # on the saved inputs themselves, so that the gradients stay functions of them
+            xs = (q, k, v, l)
+            wanted = [x for x, need in zip(xs, ctx.needs_input_grad) if need]
+            outs = _unfused_csr_attention(s, *xs)
+            pairs = [(o, go) for o, go in zip(outs, (g, gw)) if go is not None]
+            grads = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [go for _, go in pairs],
+                                             create_graph=True, allow_unused=True))
+            return (*(next(grads) if need else None for need in ctx.needs_input_grad[:4]), None)
+        _, _, crow_t, col_t, perm_t, _ = s.parts(True)
+        if g is None:
+            g = torch.zeros_like(q)
+        gq, gk, gv, gl = _native.csr_attention_backward(q, k, v, w, g, gw, s.crow, s.col, crow_t, col_t, perm_t)
+        return gq, gk, gv, gl, None

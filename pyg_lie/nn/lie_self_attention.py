@@ -47,7 +47,7 @@ from ..groups import LieGroup, get_group
 from ..groups.base import _is_compiling
 from ._edge_mlp import HeadwiseMLP, edge_mlp
 from ._sparse_ops import CSRStructure, csr_aggregate, csr_scores, to_edge_order
-from .attention_core import edge_attention
+from .attention_core import csr_softmax_attention, edge_attention
 
 __all__ = ["LieSelfAttention", "CONTENT", "LOCATION", "COMBINE", "NORMALIZATION"]
 
@@ -100,7 +100,10 @@ class LieSelfAttention(MessagePassing):
             formed (memory ``O(E heads)``); it has exact first and second
             derivatives; its kernels are custom operators, so ``torch.compile``
             calls them as they are. ``"auto"`` and ``True`` use it, ``False``
-            runs the generated ``MessagePassing.propagate`` path instead.
+            runs the generated ``MessagePassing.propagate`` path instead. On it,
+            the official architecture's attention (dot-product content, one
+            location score per head, additive, softmax, no dropout at work) is
+            one operator, :func:`~pyg_lie.nn.attention_core.csr_softmax_attention`.
 
     Shapes:
         input ``x (N, C_in)``, ``edge_index (2, E)``, ``g (N, m, m)``,
@@ -237,21 +240,32 @@ class LieSelfAttention(MessagePassing):
         if self.invariant_dim > 0:
             loc = torch.cat([loc, invariants[dst], invariants[src]], dim=-1)
         loc = loc.to(x.dtype)
-        if self.content == "dot_product":
-            kc = csr_scores(csr, q * (1.0 / math.sqrt(D)), k)  # (H, E); q scaled: (N, H, D) < (H, E)
+        if self._one_op_attention():  # scores, softmax and aggregation in one operator
+            kl = edge_mlp(self.loc_mlp, loc)  # (E, H), stored heads first
+            out, w = csr_softmax_attention(csr, q * (1.0 / math.sqrt(D)), k, v, kl.t())
+            out, alpha = out.reshape(N, H * D), w.t()
         else:
-            kc = (self.lcl_q(q.reshape(N, H * D))[dst] + self.lcl_k(k.reshape(N, H * D))[src]).t()
-        # kc.t() leads the elementwise combination, so the scores keep its (H, E) memory
-        # order, and the sorted-edge normalisation reduces along it
-        w = self._attention(kc.t(), loc, dst, N, ptr=csr.crow, degree=csr.degree).t().contiguous()  # (H, E)
-        alpha = w.t()
-        if self.training and self.dropout > 0:
-            w = torch.nn.functional.dropout(w, p=self.dropout, training=True)
-        out = csr_aggregate(csr, w, v)
+            if self.content == "dot_product":
+                kc = csr_scores(csr, q * (1.0 / math.sqrt(D)), k)  # (H, E); q scaled: (N, H, D) < (H, E)
+            else:
+                kc = (self.lcl_q(q.reshape(N, H * D))[dst] + self.lcl_k(k.reshape(N, H * D))[src]).t()
+            # kc.t() leads the elementwise combination, so the scores keep its (H, E) memory
+            # order, and the sorted-edge normalisation reduces along it
+            w = self._attention(kc.t(), loc, dst, N, ptr=csr.crow, degree=csr.degree).t().contiguous()  # (H, E)
+            alpha = w.t()
+            if self.training and self.dropout > 0:
+                w = torch.nn.functional.dropout(w, p=self.dropout, training=True)
+            out = csr_aggregate(csr, w, v)
         out = self.lin_out(out)
         if return_attention_weights:
             return out, (edge_index, to_edge_order(csr, alpha))
         return out
+
+    def _one_op_attention(self) -> bool:
+        """True if the attention is :func:`csr_softmax_attention`'s: dot-product content plus
+        one location score per head, softmax, no dropout at work."""
+        return (self.content == "dot_product" and self.location == "mlp" and self.combine == "additive"
+                and self.normalization == "softmax" and not (self.training and self.dropout > 0))
 
     def _attention(self, kc: Tensor, loc: Tensor, index: Tensor, num_nodes: Optional[int],
                    ptr: Optional[Tensor], degree: int = 0) -> Tensor:

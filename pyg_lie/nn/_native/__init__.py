@@ -4,7 +4,9 @@
 ``headwise_mlp.c`` (float32, CPU): one MLP per head (:class:`~pyg_lie.nn._edge_mlp.HeadwiseMLP`)
 or one shared ``Linear``/``SiLU`` MLP (a single "head" with several outputs).
 :func:`csr_sddmm` / :func:`csr_spmm` run the multi-head CSR products of ``csr_products.c``
-(float32 and float64, CPU) behind :mod:`pyg_lie.nn._sparse_ops`. For building graphs:
+(float32 and float64, CPU) behind :mod:`pyg_lie.nn._sparse_ops`, and :func:`csr_attention` /
+:func:`csr_attention_backward` (same file, float32) the fused softmax attention of
+:func:`pyg_lie.nn.attention_core.csr_softmax_attention`. For building graphs:
 :func:`radix_sort` (``radix_sort.c``, the stable sort behind :mod:`pyg_lie._sort`),
 :func:`expand_edges` / :func:`complete_edges` (``edge_lists.c``, the lifted and complete
 graphs' edges of :mod:`pyg_lie.nn.lifted_edges`) and :func:`csr_scan` (``csr_scan.c``, the
@@ -14,15 +16,15 @@ row pointer of :class:`~pyg_lie.nn._sparse_ops.CSRStructure`). :func:`se2_relati
 cell lists, and
 :func:`segment_softmax` / :func:`segment_softmax_backward` (``segment_softmax.c``) the
 softmax over target-sorted edges of :mod:`pyg_lie.nn.attention_core`. The ``*.c``
-files here (with ``simd.h``, their eight-float vector type and helpers, and ``csr.h``, the
-CSR-pointer check) are built into one shared library, once per sources, compiler flags and
-CPU, into ``$PYG_LIE_CACHE`` (default ``$XDG_CACHE_HOME/pyg_lie`` or ``~/.cache/pyg_lie``) with
-``-O3 -march=native -fopenmp``; it needs only a C compiler (``$CC`` or ``cc``), no PyTorch
-headers, and builds in about a second. Its threads are
-torch's: the OpenMP runtime it links (``libgomp.so.1``) resolves, in a process that imported
-torch, to the copy torch loaded, so ``torch.set_num_threads`` applies and no second pool
-competes with torch's spinning workers. Where no compiler works, a
-warning says why once and the callers fall back to their torch kernels (same values, slower).
+files here (with ``simd.h``, their eight-float vector type and helpers, ``csr.h``, the
+CSR-pointer check, and ``softmax.h``, the softmax of one segment) are built into one shared
+library, once per sources, compiler flags and CPU, into ``$PYG_LIE_CACHE`` (default
+``$XDG_CACHE_HOME/pyg_lie`` or ``~/.cache/pyg_lie``) with ``-O3 -march=native -fopenmp``; it
+needs only a C compiler (``$CC`` or ``cc``), no PyTorch headers, and builds in about a
+second. Its threads are torch's: the OpenMP runtime it links (``libgomp.so.1``) resolves, in a
+process that imported torch, to the copy torch loaded, so ``torch.set_num_threads`` applies and
+no second pool competes with torch's spinning workers. Where no compiler works, a warning says
+why once and the callers fall back to their torch kernels (same values, slower).
 ``PYG_LIE_NATIVE=0`` disables the native kernels.
 """
 from __future__ import annotations
@@ -149,6 +151,9 @@ def _load() -> Optional[ctypes.CDLL]:
             pointers = 6 if "spmm" in name else 5  # SpMM: the weights' permutation too
             fn.argtypes = [*[ctypes.c_int64] * 4, *[ctypes.c_void_p] * pointers, ctypes.c_int]
             fn.restype = ctypes.c_int
+        lib.csr_attention_f32.argtypes = [*[ctypes.c_int64] * 4, *[ctypes.c_void_p] * 8, ctypes.c_int]
+        lib.csr_attention_backward_f32.argtypes = [*[ctypes.c_int64] * 4, *[ctypes.c_void_p] * 15, ctypes.c_int]
+        lib.csr_attention_f32.restype = lib.csr_attention_backward_f32.restype = ctypes.c_int
         lib.radix_sort_i64.argtypes = [ctypes.c_int64, *[ctypes.c_void_p] * 4]
         lib.radix_sort_i64.restype = ctypes.c_int
         lib.expand_edges_i64.argtypes = [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 4, ctypes.c_int]
@@ -285,6 +290,53 @@ def csr_spmm(w: Tensor, V: Tensor, crow: Tensor, col: Tensor, wperm: Optional[Te
     w, V = w.contiguous(), V.contiguous()
     out = V.new_empty(crow.numel() - 1, V.shape[1], V.shape[2])
     return _csr_call("spmm", w, V, crow, col, out, V.shape[1], V.shape[2], wperm)
+
+
+def csr_attention_supported(*ts: Tensor) -> bool:
+    """True if :func:`csr_attention` takes these tensors: float32 on CPU, and for the
+    ``(N, H, D)`` features among them ``D`` a multiple of 8."""
+    return (all(t.device.type == "cpu" and t.dtype == torch.float32 for t in ts)
+            and all(t.shape[-1] % 8 == 0 for t in ts if t.dim() == 3) and available())
+
+
+def _i64(*ts: Tensor) -> List[Tensor]:
+    return [t.to(torch.int64).contiguous() for t in ts]
+
+
+def csr_attention(q: Tensor, k: Tensor, v: Tensor, l: Tensor, crow: Tensor,
+                  col: Tensor) -> Optional[Tuple[Tensor, Tensor]]:
+    """Fused softmax attention on the CSR edges ``j -> i`` (rows by ``crow``, sources ``col``):
+    ``(out (N, H, D), w (H, E))`` with ``w[h]`` the softmax over each row's edges of
+    ``q[i, h] . k[j, h] + l[h, e]`` and ``out[i, h] = sum w[h, e] v[j, h]``, for
+    ``q, k, v (N, H, D)`` and ``l (H, E)`` (see :func:`csr_attention_supported`). ``None`` if
+    ``crow`` is not a pointer of the edges (the caller takes the unfused path)."""
+    q, k, v, l = (t.contiguous() for t in (q, k, v, l))
+    crow, col = _i64(crow, col)
+    (N, H, D), E = q.shape, col.numel()
+    w, out = l.new_empty(H, E), q.new_empty(N, H, D)
+    rc = _library().csr_attention_f32(N, H, D, E, q.data_ptr(), k.data_ptr(), v.data_ptr(), l.data_ptr(),
+                                      crow.data_ptr(), col.data_ptr(), w.data_ptr(), out.data_ptr(),
+                                      torch.get_num_threads())
+    return None if rc else (out, w)
+
+
+def csr_attention_backward(q: Tensor, k: Tensor, v: Tensor, w: Tensor, g: Tensor, gw: Optional[Tensor],
+                           crow: Tensor, col: Tensor, crow_t: Tensor, col_t: Tensor,
+                           perm_t: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(gq, gk, gv, gl)`` of :func:`csr_attention` for the output gradient ``g (N, H, D)``
+    and optionally a gradient ``gw (H, E)`` of the weights, given the forward's ``w``, on the
+    pattern and its transpose (``crow_t``, ``col_t``, ``perm_t`` of
+    :meth:`~pyg_lie.nn._sparse_ops.CSRStructure.parts`)."""
+    q, k, v, w, g = (t.contiguous() for t in (q, k, v, w, g))
+    gw = None if gw is None else gw.contiguous()
+    crow, col, crow_t, col_t, perm_t = _i64(crow, col, crow_t, col_t, perm_t)
+    (N, H, D), E = q.shape, col.numel()
+    gq, gk, gv, gl = q.new_empty(N, H, D), q.new_empty(N, H, D), q.new_empty(N, H, D), w.new_empty(H, E)
+    rc = _library().csr_attention_backward_f32(
+        N, H, D, E, *(t.data_ptr() for t in (q, k, v, w, g)), None if gw is None else gw.data_ptr(),
+        *(t.data_ptr() for t in (crow, col, crow_t, col_t, perm_t, gq, gk, gv, gl)), torch.get_num_threads())
+    _check(rc, "csr_attention_backward")
+    return gq, gk, gv, gl
 
 
 def radix_sort(key: Tensor, perm: bool = True) -> Optional[Tuple[Tensor, Optional[Tensor]]]:

@@ -5,9 +5,10 @@
  *
  * for A, B (N, H, D), V (N, H, Dv) and w, out (H, E) row-major, edges in CSR order (crow (N + 1),
  * col (E), int64). wperm lets the backward passes run SpMM on the transposed pattern with
- * weights stored in the original edge order, without gathering them first. torch's sparse kernels take one head per call and a CSR tensor built for
- * each; here one pass over the rows serves every head, threads (OpenMP, torch's pool) take
- * whole rows, so every output is written by one thread and no atomics are needed.
+ * weights stored in the original edge order, without gathering them first. torch's sparse
+ * kernels take one head per call and a CSR tensor built for each; here one pass over the rows
+ * serves every head, threads (OpenMP, torch's pool) take whole rows, so every output is written
+ * by one thread and no atomics are needed.
  * Dot products are summed in LANES partial sums so that the compiler can vectorise them
  * without reassociating (no -ffast-math).
  *
@@ -21,12 +22,16 @@
  *   of 300 calls, three alternations: 263-372 against 738-1098 us with random sources, 259-263
  *   against 576-668 us with nearby ones);
  * - SpMM: up to eight vectors of a row's output stay in registers over all its edges.
- * Built and loaded by _native/__init__.py.
+ * The multiply-adds are written as explicit FMAs (vfma of simd.h), so that the fused attention
+ * at the end of this file, which reuses these row loops, gives the same bits as the separate
+ * products. Built and loaded by _native/__init__.py.
  */
 #include <stdint.h>
 #include <string.h>
 
+#include "csr.h"
 #include "simd.h"
+#include "softmax.h"
 
 #define LANES 8
 
@@ -74,25 +79,6 @@
 
 CSR_KERNELS(float, f32_generic)
 CSR_KERNELS(double, f64)
-
-#if defined(__AVX__)
-/* lane l of the result: the sum of s[l]'s eight lanes */
-static inline vf sum8x8(const vf s[8]) {
-    __m256 t0 = _mm256_hadd_ps((__m256)s[0], (__m256)s[1]), t1 = _mm256_hadd_ps((__m256)s[2], (__m256)s[3]);
-    __m256 t2 = _mm256_hadd_ps((__m256)s[4], (__m256)s[5]), t3 = _mm256_hadd_ps((__m256)s[6], (__m256)s[7]);
-    __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-    return (vf)_mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
-#endif
-
-#define INLINE static inline __attribute__((always_inline))
-
-/* the partial sums of the dot product of a[0 .. D) and b[0 .. D), D a multiple of 8 */
-INLINE vf dot8(const float *a, const float *b, int64_t D) {
-    vf s = {0};
-    for (int64_t d = 0; d < D; d += 8) s += vload(a + d) * vload(b + d);
-    return s;
-}
 
 /* row i of the SDDMM; inlined with D a constant for the common widths, so that the dot
  * products unroll and their partial sums stay in registers */
@@ -146,21 +132,115 @@ INLINE void spmm_chunk(int64_t i, int64_t c0, int nv, int64_t W, int64_t Dv, int
     for (int64_t e = crow[i]; e < crow[i + 1]; e++) {
         const float *v = V + col[e] * W + c0;
         const int64_t ew = wperm ? wperm[e] : e;
-        for (int k = 0; k < nv; k++) acc[k] += wk[k][ew] * vload(v + 8 * k);
+        for (int k = 0; k < nv; k++) acc[k] = vfma(splat(wk[k][ew]), vload(v + 8 * k), acc[k]);
     }
     for (int k = 0; k < nv; k++) memcpy(out + i * W + c0 + 8 * k, &acc[k], sizeof(vf));
+}
+
+/* row i of the SpMM, Dv a multiple of 8 */
+INLINE void spmm_row(int64_t i, int64_t H, int64_t Dv, int64_t E, const float *w, const float *V,
+                     const int64_t *crow, const int64_t *col, const int64_t *wperm, float *out) {
+    const int64_t W = H * Dv; /* floats per row; every vector lies within one head */
+    for (int64_t c0 = 0; c0 < W; c0 += 8 * ROW_VECTORS) {
+        const int64_t nv = (W - c0) / 8;
+        if (nv >= ROW_VECTORS) spmm_chunk(i, c0, ROW_VECTORS, W, Dv, E, w, V, crow, col, wperm, out);
+        else spmm_chunk(i, c0, (int)nv, W, Dv, E, w, V, crow, col, wperm, out);
+    }
 }
 
 int csr_spmm_f32(int64_t N, int64_t H, int64_t Dv, int64_t E, const float *w, const float *V, const int64_t *crow,
                  const int64_t *col, const int64_t *wperm, float *out, int nthreads) {
     if (Dv % 8) return csr_spmm_f32_generic(N, H, Dv, E, w, V, crow, col, wperm, out, nthreads);
-    const int64_t W = H * Dv; /* floats per row; every vector lies within one head */
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 16)
+    for (int64_t i = 0; i < N; i++) spmm_row(i, H, Dv, E, w, V, crow, col, wperm, out);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- fused softmax attention
+ *
+ *   s[h, e] = q[i, h] . k[j, h] + l[h, e],   w[h, :] = softmax of s[h, :] over the edges of i,
+ *   out[i, h] = sum_{e = (j -> i)} w[h, e] v[j, h]
+ *
+ * for q, k, v (N, H, D) with D a multiple of 8 and l, w (H, E) in CSR order: the SDDMM, the
+ * addition of the location scores, the segment softmax (softmax.h) and the SpMM above, one row
+ * at a time while the row's scores are in L1, instead of three passes over (H, E) and as many
+ * operator calls. Each step is the unfused one's code in the same order, so the results are
+ * the same to the bit. The backward, for the output gradient g (N, H, D) and optionally a
+ * gradient gw (H, E) of the weights themselves:
+ *
+ *   rows i:        gs = softmax backward of (g[i] . v[j] + gw) (the scores' gradient, which is
+ *                  also l's), gq[i] = sum gs k[j]
+ *   sources j:     gv[j] = sum w g[i],  gk[j] = sum gs q[i]   (transposed pattern: crow_t,
+ *                  col_t, and perm_t giving each transposed edge's sorted-edge id)
+ *
+ * two passes instead of five. Returns 1 for a width that is not a multiple of 8 or a bad
+ * pointer (the caller takes the unfused path). */
+
+/* row i of the fused forward; D a constant where inlined for the common widths */
+INLINE void attention_row(int64_t i, int64_t H, int64_t D, int64_t E, const float *q, const float *k,
+                          const float *v, const float *l, const int64_t *crow, const int64_t *col, float *w,
+                          float *out) {
+    sddmm_row(i, H, D, E, q, k, crow, col, w);
+    const int64_t e0 = crow[i], n = crow[i + 1] - e0;
+    if (n > 0)
+        for (int64_t h = 0; h < H; h++) {
+            float *s = w + h * E + e0;
+            const float *lh = l + h * E + e0;
+            for (int64_t e = 0; e < n; e++) s[e] += lh[e];
+            softmax_segment(s, s, n);
+        }
+    spmm_row(i, H, D, E, w, v, crow, col, NULL, out);
+}
+
+int csr_attention_f32(int64_t N, int64_t H, int64_t D, int64_t E, const float *q, const float *k, const float *v,
+                      const float *l, const int64_t *crow, const int64_t *col, float *w, float *out, int nthreads) {
+    if (D % 8 || csr_bad_ptr(N, E, crow)) return 1;
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 16)
     for (int64_t i = 0; i < N; i++) {
-        for (int64_t c0 = 0; c0 < W; c0 += 8 * ROW_VECTORS) {
-            const int64_t nv = (W - c0) / 8;
-            if (nv >= ROW_VECTORS) spmm_chunk(i, c0, ROW_VECTORS, W, Dv, E, w, V, crow, col, wperm, out);
-            else spmm_chunk(i, c0, (int)nv, W, Dv, E, w, V, crow, col, wperm, out);
+        if (D == 16) attention_row(i, H, 16, E, q, k, v, l, crow, col, w, out);
+        else if (D == 8) attention_row(i, H, 8, E, q, k, v, l, crow, col, w, out);
+        else if (D == 32) attention_row(i, H, 32, E, q, k, v, l, crow, col, w, out);
+        else attention_row(i, H, D, E, q, k, v, l, crow, col, w, out);
+    }
+    return 0;
+}
+
+/* row i of the backward's first pass */
+INLINE void attention_backward_row(int64_t i, int64_t H, int64_t D, int64_t E, const float *k, const float *v,
+                                   const float *w, const float *g, const float *gw, const int64_t *crow,
+                                   const int64_t *col, float *gs, float *gq) {
+    sddmm_row(i, H, D, E, g, v, crow, col, gs);
+    const int64_t e0 = crow[i], n = crow[i + 1] - e0;
+    if (n > 0)
+        for (int64_t h = 0; h < H; h++) {
+            float *t = gs + h * E + e0;
+            if (gw)
+                for (int64_t e = 0; e < n; e++) t[e] += gw[h * E + e0 + e];
+            softmax_backward_segment(t, w + h * E + e0, t, n);
+        }
+    spmm_row(i, H, D, E, gs, k, crow, col, NULL, gq);
+}
+
+int csr_attention_backward_f32(int64_t N, int64_t H, int64_t D, int64_t E, const float *q, const float *k,
+                               const float *v, const float *w, const float *g, const float *gw,
+                               const int64_t *crow, const int64_t *col, const int64_t *crow_t,
+                               const int64_t *col_t, const int64_t *perm_t, float *gq, float *gk, float *gv,
+                               float *gs, int nthreads) {
+    if (D % 8 || csr_bad_ptr(N, E, crow) || csr_bad_ptr(N, E, crow_t)) return 1;
+#pragma omp parallel num_threads(nthreads)
+    {
+#pragma omp for schedule(dynamic, 16)
+        for (int64_t i = 0; i < N; i++) {
+            if (D == 16) attention_backward_row(i, H, 16, E, k, v, w, g, gw, crow, col, gs, gq);
+            else if (D == 8) attention_backward_row(i, H, 8, E, k, v, w, g, gw, crow, col, gs, gq);
+            else if (D == 32) attention_backward_row(i, H, 32, E, k, v, w, g, gw, crow, col, gs, gq);
+            else attention_backward_row(i, H, D, E, k, v, w, g, gw, crow, col, gs, gq);
+        }
+        /* the implicit barrier: every gs is written before the sources read them */
+#pragma omp for schedule(dynamic, 16)
+        for (int64_t j = 0; j < N; j++) {
+            spmm_row(j, H, D, E, w, g, crow_t, col_t, perm_t, gv);
+            spmm_row(j, H, D, E, gs, q, crow_t, col_t, perm_t, gk);
         }
     }
     return 0;

@@ -69,8 +69,6 @@ static int64_t load_block(const job_t *j, int64_t e, block_t *B) {
     return n;
 }
 
-#define INLINE static inline __attribute__((always_inline))
-
 /* z -> sigmoid, SiLU into the block (z and s too when the backward pass needs them) */
 INLINE void activate(block_t *B, int m, int k, int v, vf z, int keep_z) {
     vf s = sigmoid(z);

@@ -38,10 +38,38 @@ static inline float vsum(vf v) {
 #include <immintrin.h>
 static inline vf vmin(vf a, vf b) { return (vf)_mm256_min_ps((__m256)a, (__m256)b); }
 static inline vf vmax(vf a, vf b) { return (vf)_mm256_max_ps((__m256)a, (__m256)b); }
+/* lane l of the result: the sum of s[l]'s eight lanes (one transposing tree of horizontal
+ * additions: eight dot products finished at once) */
+static inline vf sum8x8(const vf s[8]) {
+    __m256 t0 = _mm256_hadd_ps((__m256)s[0], (__m256)s[1]), t1 = _mm256_hadd_ps((__m256)s[2], (__m256)s[3]);
+    __m256 t2 = _mm256_hadd_ps((__m256)s[4], (__m256)s[5]), t3 = _mm256_hadd_ps((__m256)s[6], (__m256)s[7]);
+    __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    return (vf)_mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
 #else
 static inline vf vmin(vf a, vf b) { return vselect(a < b, a, b); }
 static inline vf vmax(vf a, vf b) { return vselect(a > b, a, b); }
 #endif
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* a * b + c, one rounding where the CPU has FMA: written out because the compiler's own
+ * contraction of a * b + c may differ between two inlined copies of the same loop, and kernels
+ * that reuse a loop (csr_products.c) promise the same bits */
+INLINE vf vfma(vf a, vf b, vf c) {
+#if defined(__FMA__)
+    return (vf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#else
+    return a * b + c;
+#endif
+}
+
+/* the lane partial sums of the dot product of a[0 .. D) and b[0 .. D), D a multiple of 8 */
+INLINE vf dot8(const float *a, const float *b, int64_t D) {
+    vf s = {0};
+    for (int64_t d = 0; d < D; d += 8) s = vfma(vload(a + d), vload(b + d), s);
+    return s;
+}
 
 /* exp(-z) = 2^n exp(-u), n = round(-z / ln 2), u = z + n ln 2 (|u| <= ln 2 / 2), exp(-u) by a
  * degree-6 polynomial fitted for relative error (1e-7 in float32 arithmetic over the interval).

@@ -217,6 +217,11 @@ def _pointers(ts: Sequence[Tensor]):
     return (ctypes.c_void_p * len(ts))(*[t.data_ptr() for t in ts])
 
 
+def _i64(*ts: Tensor) -> List[Tensor]:
+    """Index tensors as the kernels take them: int64, contiguous."""
+    return [t.to(torch.int64).contiguous() for t in ts]
+
+
 def _library() -> ctypes.CDLL:
     lib = _load()
     if lib is None:
@@ -265,7 +270,7 @@ def csr_supported(*ts: Tensor) -> bool:
 def _csr_call(kind: str, X: Tensor, Y: Tensor, crow: Tensor, col: Tensor, out: Tensor, H: int, D: int,
               *extra: Optional[Tensor]) -> Tensor:
     suffix = "f32" if out.dtype == torch.float32 else "f64"
-    crow, col = crow.to(torch.int64).contiguous(), col.to(torch.int64).contiguous()
+    crow, col = _i64(crow, col)
     extra = tuple(None if t is None else t.to(torch.int64).contiguous() for t in extra)
     rc = getattr(_library(), f"csr_{kind}_{suffix}")(crow.numel() - 1, H, D, col.numel(), X.data_ptr(),
                                                     Y.data_ptr(), crow.data_ptr(), col.data_ptr(),
@@ -299,17 +304,13 @@ def csr_attention_supported(*ts: Tensor) -> bool:
             and all(t.shape[-1] % 8 == 0 for t in ts if t.dim() == 3) and available())
 
 
-def _i64(*ts: Tensor) -> List[Tensor]:
-    return [t.to(torch.int64).contiguous() for t in ts]
-
-
 def csr_attention(q: Tensor, k: Tensor, v: Tensor, l: Tensor, crow: Tensor,
                   col: Tensor) -> Optional[Tuple[Tensor, Tensor]]:
     """Fused softmax attention on the CSR edges ``j -> i`` (rows by ``crow``, sources ``col``):
     ``(out (N, H, D), w (H, E))`` with ``w[h]`` the softmax over each row's edges of
     ``q[i, h] . k[j, h] + l[h, e]`` and ``out[i, h] = sum w[h, e] v[j, h]``, for
     ``q, k, v (N, H, D)`` and ``l (H, E)`` (see :func:`csr_attention_supported`). ``None`` if
-    ``crow`` is not a pointer of the edges (the caller takes the unfused path)."""
+    ``crow`` is not a pointer of the edges."""
     q, k, v, l = (t.contiguous() for t in (q, k, v, l))
     crow, col = _i64(crow, col)
     (N, H, D), E = q.shape, col.numel()
@@ -361,7 +362,7 @@ def expand_edges(ptr: Tensor, col: Tensor, K: int) -> Tensor:
     ``ptr (N + 1,)``, ``col (E,)`` (int64, CPU, sources ascending within each target): lifted
     target ``i K + a`` hears ``j K + b`` for every base source ``j`` of ``i`` and ``b < K``, in
     (target, source) order."""
-    ptr, col = ptr.to(torch.int64).contiguous(), col.to(torch.int64).contiguous()
+    ptr, col = _i64(ptr, col)
     total = col.numel() * K * K
     out = col.new_empty(2, total)
     rc = _library().expand_edges_i64(ptr.numel() - 1, K, ptr.data_ptr(), col.data_ptr(), out[0].data_ptr(),
@@ -388,7 +389,7 @@ def csr_scan(src: Tensor, dst: Tensor, num_nodes: int) -> Optional[Tuple[Tensor,
     ``[0, num_nodes)``: ``(crow (num_nodes + 1,), degree, complete)`` as in
     :class:`~pyg_lie.nn._sparse_ops.CSRStructure`, in one pass; ``None`` otherwise (unsorted
     or out of range), for the caller's general path."""
-    src, dst = src.to(torch.int64).contiguous(), dst.to(torch.int64).contiguous()
+    src, dst = _i64(src, dst)
     crow = dst.new_empty(num_nodes + 1)
     info = dst.new_zeros(2)
     if _library().csr_scan_i64(dst.numel(), num_nodes, src.data_ptr(), dst.data_ptr(), crow.data_ptr(),
@@ -402,7 +403,7 @@ def csr_transpose(crow: Tensor, col: Tensor) -> Optional[Tuple[Tensor, Tensor, T
     (N + 1,)``, ``col (E,)`` (int64, CPU) as in
     :meth:`~pyg_lie.nn._sparse_ops.CSRStructure.parts`, by one counting sort of the sources;
     ``None`` if a source is out of range or ``crow`` is not a pointer of ``E`` edges."""
-    crow, col = crow.to(torch.int64).contiguous(), col.to(torch.int64).contiguous()
+    crow, col = _i64(crow, col)
     crow_t = torch.empty_like(crow)
     col_t, perm_t, iperm_t = (torch.empty_like(col) for _ in range(3))
     if _library().csr_transpose_i64(crow.numel() - 1, col.numel(), crow.data_ptr(), col.data_ptr(), crow_t.data_ptr(),
@@ -417,7 +418,7 @@ def se2_relative_log(g: Tensor, edge_index: Tensor, cut_below: Optional[float]) 
     angles below it move by ``+2 pi`` (:meth:`~pyg_lie.groups.SE2.one_sided_cut`). No gradient.
     ``None`` if an index is out of range, for the caller's torch path and its error."""
     g = g.detach().contiguous()
-    src, dst = edge_index[0].to(torch.int64).contiguous(), edge_index[1].to(torch.int64).contiguous()
+    src, dst = _i64(edge_index[0], edge_index[1])
     out = g.new_empty(src.numel(), 3)
     rc = _library().se2_relative_log_f32(g.shape[0], src.numel(), g.data_ptr(), src.data_ptr(), dst.data_ptr(),
                                          out.data_ptr(), cut_below is not None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.utils import scatter, softmax
 
@@ -18,7 +19,7 @@ from . import _native
 from ._autocast import float32_under_autocast
 from ._sparse_ops import CSRStructure, csr_aggregate, csr_scores
 
-__all__ = ["edge_attention", "dense_edge_attention", "csr_softmax_attention"]
+__all__ = ["edge_attention", "dense_edge_attention", "csr_edge_attention", "csr_softmax_attention"]
 
 
 def edge_attention(
@@ -209,7 +210,28 @@ _softmax_op.register_autograd(_softmax_grad, setup_context=_softmax_setup)
 float32_under_autocast(_softmax_op, _softmax_backward_op)
 
 
-# ------------------------------------------------------------ fused CSR softmax attention
+# ------------------------------------------------------------ attention on CSR structures
+def csr_edge_attention(s: CSRStructure, score: Tensor, v: Tensor, normalization: str = "softmax",
+                       dropout: float = 0.0, training: bool = False) -> Tuple[Tensor, Tensor]:
+    r"""Normalise heads-first scores over each target's incoming edges and aggregate values:
+
+    .. math::
+        w_{h,e} = \operatorname{norm}_{e \to i}(\mathrm{score}_{h,e}), \qquad
+        \mathrm{out}_{i,h} = \sum_{e = (j \to i)} \operatorname{dropout}(w)_{h,e}\, v_{j,h}
+
+    for ``score (H, E)`` in the sorted edge order of ``s`` and ``v (N, H, D)``, with the
+    normalisation of :func:`edge_attention` (segment reductions along the sorted edges, a
+    dense one where every target has the same in-degree). The attention layers compute their
+    scores in their own ways and share this step. Returns ``(out (N, H D), w (H, E))``,
+    ``w`` before dropout.
+    """
+    # score.t() leads: the weights keep the (H, E) memory order the sorted normalisation reduces along
+    w = edge_attention(score.t(), s.row, v.shape[0], normalization=normalization, ptr=s.crow,
+                       degree=s.degree).t().contiguous()
+    wd = F.dropout(w, p=dropout, training=True) if training and dropout > 0 else w
+    return csr_aggregate(s, wd, v), w
+
+
 def csr_softmax_attention(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: Tensor) -> Tuple[Tensor, Tensor]:
     r"""Multi-head softmax attention on the target-sorted edges of ``s``:
 
@@ -225,8 +247,7 @@ def csr_softmax_attention(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: T
     order as the unfused path, so the results agree to the bit (where in-degrees differ;
     with a uniform in-degree the unfused path's dense softmax agrees to rounding).
     Elsewhere, and for gradients of gradients, the unfused operators
-    (:func:`~._sparse_ops.csr_scores`, :func:`edge_attention`,
-    :func:`~._sparse_ops.csr_aggregate`) compute it.
+    (:func:`~._sparse_ops.csr_scores`, :func:`csr_edge_attention`) compute it.
     """
     if not _is_compiling() and not s.complete and _native.csr_attention_supported(q, k, v, l):
         return _CSRSoftmaxAttention.apply(q, k, v, l, s)
@@ -234,10 +255,8 @@ def csr_softmax_attention(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: T
 
 
 def _unfused_csr_attention(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: Tensor) -> Tuple[Tensor, Tensor]:
-    N, H, D = v.shape
-    # (kc + l).t() leads: the scores keep the (H, E) memory order the sorted softmax reduces along
-    w = edge_attention((csr_scores(s, q, k) + l).t(), s.row, N, ptr=s.crow, degree=s.degree).t().contiguous()
-    return csr_aggregate(s, w, v).view(N, H, D), w
+    out, w = csr_edge_attention(s, csr_scores(s, q, k) + l, v)
+    return out.view(v.shape), w
 
 
 class _CSRSoftmaxAttention(torch.autograd.Function):

@@ -46,8 +46,8 @@ from .._checks import nonnegative_int, positive_int, probability
 from ..groups import LieGroup, get_group
 from ..groups.base import _is_compiling
 from ._edge_mlp import HeadwiseMLP, edge_mlp
-from ._sparse_ops import CSRStructure, csr_aggregate, csr_scores, to_edge_order
-from .attention_core import csr_softmax_attention, edge_attention
+from ._sparse_ops import CSRStructure, csr_scores, to_edge_order
+from .attention_core import csr_edge_attention, csr_softmax_attention, edge_attention
 
 __all__ = ["LieSelfAttention", "CONTENT", "LOCATION", "COMBINE", "NORMALIZATION"]
 
@@ -251,11 +251,9 @@ class LieSelfAttention(MessagePassing):
                 kc = (self.lcl_q(q.reshape(N, H * D))[dst] + self.lcl_k(k.reshape(N, H * D))[src]).t()
             # kc.t() leads the elementwise combination, so the scores keep its (H, E) memory
             # order, and the sorted-edge normalisation reduces along it
-            w = self._attention(kc.t(), loc, dst, N, ptr=csr.crow, degree=csr.degree).t().contiguous()  # (H, E)
+            score = self._score(kc.t(), loc).t()  # (H, E)
+            out, w = csr_edge_attention(csr, score, v, self._edge_normalization, self.dropout, self.training)
             alpha = w.t()
-            if self.training and self.dropout > 0:
-                w = torch.nn.functional.dropout(w, p=self.dropout, training=True)
-            out = csr_aggregate(csr, w, v)
         out = self.lin_out(out)
         if return_attention_weights:
             return out, (edge_index, to_edge_order(csr, alpha))
@@ -267,22 +265,18 @@ class LieSelfAttention(MessagePassing):
         return (self.content == "dot_product" and self.location == "mlp" and self.combine == "additive"
                 and self.normalization == "softmax" and not (self.training and self.dropout > 0))
 
-    def _attention(self, kc: Tensor, loc: Tensor, index: Tensor, num_nodes: Optional[int],
-                   ptr: Optional[Tensor], degree: int = 0) -> Tensor:
-        """Combine content ``kc (E, .)`` and location ``k_l(loc)`` scores, normalise per target.
+    @property
+    def _edge_normalization(self) -> str:
+        return "softmax" if self.normalization == "softmax" else "mean"
 
-        ``degree > 0``: edges sorted by target, each with ``degree`` incoming edges, so the
-        normalisation is a dense one over ``(H, N, degree)`` (no scatter; a view when ``kc``
-        is stored heads-first, a copy otherwise)."""
+    def _score(self, kc: Tensor, loc: Tensor) -> Tensor:
+        """Combine content ``kc (E, .)`` and location ``k_l(loc)`` scores into ``(E, H)``."""
         kl = edge_mlp(self.loc_mlp, loc) if self.loc_mlp is not None else loc  # (E, location_dim)
         if self.combine == "additive":
-            score = kc + kl
-        elif self.combine == "multiplicative":
-            score = kc * kl
-        else:
-            score = edge_mlp(self.combine_mlp, torch.cat([kc, kl], dim=-1))
-        norm = "softmax" if self.normalization == "softmax" else "mean"
-        return edge_attention(score, index, num_nodes, normalization=norm, ptr=ptr, degree=degree)  # (E, H)
+            return kc + kl
+        if self.combine == "multiplicative":
+            return kc * kl
+        return edge_mlp(self.combine_mlp, torch.cat([kc, kl], dim=-1))
 
     def message(self, cq_i: Tensor, ck_j: Tensor, v_j: Tensor, loc: Tensor, index: Tensor,
                 ptr: Optional[Tensor], size_i: Optional[int]) -> Tensor:
@@ -290,7 +284,8 @@ class LieSelfAttention(MessagePassing):
             kc = (cq_i * ck_j).sum(-1) / math.sqrt(self.head_dim)  # (E, H)
         else:
             kc = cq_i + ck_j  # (E, content_dim)
-        w = self._attention(kc, loc, index, size_i, ptr=ptr)  # (E, H)
+        w = edge_attention(self._score(kc, loc), index, size_i, normalization=self._edge_normalization,
+                           ptr=ptr)  # (E, H)
         self._alpha = w
         if self.training and self.dropout > 0:
             w = torch.nn.functional.dropout(w, p=self.dropout, training=True)

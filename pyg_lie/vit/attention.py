@@ -29,8 +29,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ..nn._sparse_ops import CSRStructure, csr_aggregate, csr_scores, to_edge_order
-from ..nn.attention_core import edge_attention
+from ..nn._sparse_ops import CSRStructure, csr_scores, to_edge_order
+from ..nn.attention_core import csr_edge_attention, edge_attention
 from .field_type import FieldType
 from .linear import EquivariantLinear
 
@@ -175,11 +175,9 @@ class EquivariantSelfAttention(MessagePassing):
             csr = CSRStructure.build(edge_index, N)
         q, k, v = (t.index_select(-1, self.head_perm).view(N, H, -1) for t in (self.q(x), self.k(x), self.v(x)))
         score = csr_scores(csr, q * (1.0 / math.sqrt(q.shape[-1])), k)  # (H, E); q scaled: (N, H, D) < (H, E)
-        w = edge_attention(score.t(), csr.row, N, normalization=self.normalization, ptr=csr.crow,
-                           degree=csr.degree).t().contiguous()  # (H, E)
+        out, w = csr_edge_attention(csr, score, v, self.normalization, self.dropout, self.training)
         alpha = w.t()
-        w = F.dropout(w, p=self.dropout, training=self.training)
-        out = self.o(csr_aggregate(csr, w, v).index_select(-1, self.head_unperm))
+        out = self.o(out.index_select(-1, self.head_unperm))
         if return_attention_weights:
             return out, (edge_index, to_edge_order(csr, alpha))
         return out

@@ -252,7 +252,7 @@ class LieSelfAttention(MessagePassing):
             # kc.t() leads the elementwise combination, so the scores keep its (H, E) memory
             # order, and the sorted-edge normalisation reduces along it
             score = self._score(kc.t(), loc).t()  # (H, E)
-            out, w = csr_edge_attention(csr, score, v, self._edge_normalization, self.dropout, self.training)
+            out, w = csr_edge_attention(csr, score, v, self.normalization, self.dropout, self.training)
             alpha = w.t()
         out = self.lin_out(out)
         if return_attention_weights:
@@ -264,10 +264,6 @@ class LieSelfAttention(MessagePassing):
         one location score per head, softmax, no dropout at work."""
         return (self.content == "dot_product" and self.location == "mlp" and self.combine == "additive"
                 and self.normalization == "softmax" and not (self.training and self.dropout > 0))
-
-    @property
-    def _edge_normalization(self) -> str:
-        return "softmax" if self.normalization == "softmax" else "mean"
 
     def _score(self, kc: Tensor, loc: Tensor) -> Tensor:
         """Combine content ``kc (E, .)`` and location ``k_l(loc)`` scores into ``(E, H)``."""
@@ -284,8 +280,7 @@ class LieSelfAttention(MessagePassing):
             kc = (cq_i * ck_j).sum(-1) / math.sqrt(self.head_dim)  # (E, H)
         else:
             kc = cq_i + ck_j  # (E, content_dim)
-        w = edge_attention(self._score(kc, loc), index, size_i, normalization=self._edge_normalization,
-                           ptr=ptr)  # (E, H)
+        w = edge_attention(self._score(kc, loc), index, size_i, normalization=self.normalization, ptr=ptr)  # (E, H)
         self._alpha = w
         if self.training and self.dropout > 0:
             w = torch.nn.functional.dropout(w, p=self.dropout, training=True)

@@ -10,8 +10,9 @@
  * registers and L1, and the backward pass recomputes them per block. SIMD lanes run over edges
  * (the eight-float vectors of simd.h).
  *
- * The sigmoid inside SiLU is written out (range reduction and a polynomial, see sigmoid()), so
- * that it costs about fifteen vector instructions and no call.
+ * The sigmoid inside SiLU is written out (range reduction and a polynomial, see sigmoid_n()), so
+ * that it costs about fifteen vector instructions and no call, for the eight vectors of a register
+ * tile at once.
  *
  * Threads: OpenMP over chunks of edges, handed out dynamically (serial where built without it);
  * each thread accumulates its own weight gradients, summed by the calling thread at the end.
@@ -33,10 +34,11 @@
 #define MAX_LAYERS 4  /* hidden layers */
 #define MAX_IN 16
 
-/* 1 / (1 + exp(-z)) (vexpneg of simd.h); at z <= -88.72, exp(-z) is +inf, so 1 / (1 + inf) = 0:
- * below about -88.38 the value is exactly 0 (the true one is under 4.1e-39), which keeps
- * z * sigmoid(z) tiny for any finite z with no mask. */
-static inline vf sigmoid(vf z) { return splat(1.0f) / (splat(1.0f) + vexpneg(z)); }
+/* s[i] = 1 / (1 + exp(-z[i])) for n <= 8 vectors (vexpneg_n of simd.h: their chains overlap);
+ * at z <= -88.72, exp(-z) is +inf, so 1 / (1 + inf) = 0: below about -88.38 the value is exactly
+ * 0 (the true one is under 4.1e-39), which keeps z * sigmoid(z) tiny for any finite z with no
+ * mask. */
+INLINE void sigmoid_n(const vf *z, vf *s, const int n) { vexpneg_n(z, s, n, 1); }
 
 typedef struct {
     int64_t E;
@@ -69,13 +71,6 @@ static int64_t load_block(const job_t *j, int64_t e, block_t *B) {
     return n;
 }
 
-/* z -> sigmoid, SiLU into the block (z and s too when the backward pass needs them) */
-INLINE void activate(block_t *B, int m, int k, int v, vf z, int keep_z) {
-    vf s = sigmoid(z);
-    if (keep_z) { B->z[m][k][v] = z; B->s[m][k][v] = s; }
-    B->a[m][k][v] = z * s;
-}
-
 /* outputs k .. k + Q - 1 of hidden layer m, W (K, n_in) applied to in[n_in][NV] (the block's
  * input for m = 0, the previous layer's activations otherwise); Q = QT: eight independent FMA
  * chains */
@@ -87,8 +82,14 @@ INLINE void hidden_rows(block_t *B, const float *W, const float *b, const vf (*i
     for (int i = 0; i < n_in; i++)
         for (int q = 0; q < Q; q++)
             for (int v = 0; v < NV; v++) acc[q][v] += splat(W[(k + q) * n_in + i]) * in[i][v];
+    /* SiLU into the block (z and s too when the backward pass needs them) */
+    vf s[QT][NV];
+    sigmoid_n(&acc[0][0], &s[0][0], Q * NV);
     for (int q = 0; q < Q; q++)
-        for (int v = 0; v < NV; v++) activate(B, m, k + q, v, acc[q][v], keep_z);
+        for (int v = 0; v < NV; v++) {
+            if (keep_z) { B->z[m][k + q][v] = acc[q][v]; B->s[m][k + q][v] = s[q][v]; }
+            B->a[m][k + q][v] = acc[q][v] * s[q][v];
+        }
 }
 
 /* hidden layers of head h on one block; keep_z: store z and s for the backward pass */

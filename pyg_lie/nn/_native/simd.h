@@ -79,25 +79,40 @@ INLINE vf dot8(const float *a, const float *b, int64_t D) {
  * at n = -127 (z >= 88.3, where the true value is a denormal under 4.6e-39). A NaN z is
  * clamped to 88.3 (AVX min/max return their second operand), so callers that may see NaN check
  * for it. Written for exp(-z) because both callers have -z at hand (SiLU's sigmoid, softmax's
- * m - s). */
-static inline vf vexpneg(vf z0) {
-    vf z = vmax(vmin(z0, splat(88.3f)), splat(-88.72f));
+ * m - s).
+ *
+ * vexpneg_n: n <= 8 vectors at once, stage by stage, so that their dependency chains (about 16
+ * operations each) overlap instead of running one after another; the same operations in the
+ * same order as vexpneg, so the same bits. With sigmoid = 1 it returns 1 / (1 + exp(-z)) (the
+ * division in the last stage, where it overlaps with the other vectors' work). */
+INLINE void vexpneg_n(const vf *z0, vf *out, const int n, const int sigmoid) {
     const vf magic = splat(12582912.0f + 127.0f);
-    vf t = z * splat(-1.44269504088896341f) + magic;
-    vf n = t - magic;
-    vf u = z + n * splat(0.693145751953125f); /* ln 2 in two parts: n * hi is exact */
-    u = u + n * splat(1.428606765330187e-06f);
-    vf p = splat(0.0013836839934810996f);
-    p = p * u + splat(-0.008374815806746483f);
-    p = p * u + splat(0.04166822507977486f);
-    p = p * u + splat(-0.16666419804096222f);
-    p = p * u + splat(0.49999991059303284f);
-    p = p * u + splat(-1.0f);
-    p = p * u + splat(1.0f);
-    vi bits = (vi)t << 23;
-    vf scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    vf t[8], u[8], p[8];
+    for (int i = 0; i < n; i++) {
+        vf z = vmax(vmin(z0[i], splat(88.3f)), splat(-88.72f));
+        t[i] = z * splat(-1.44269504088896341f) + magic;
+        vf k = t[i] - magic;
+        u[i] = z + k * splat(0.693145751953125f); /* ln 2 in two parts: k * hi is exact */
+        u[i] = u[i] + k * splat(1.428606765330187e-06f);
+    }
+    for (int i = 0; i < n; i++) p[i] = splat(0.0013836839934810996f) * u[i] + splat(-0.008374815806746483f);
+    for (int i = 0; i < n; i++) p[i] = p[i] * u[i] + splat(0.04166822507977486f);
+    for (int i = 0; i < n; i++) p[i] = p[i] * u[i] + splat(-0.16666419804096222f);
+    for (int i = 0; i < n; i++) p[i] = p[i] * u[i] + splat(0.49999991059303284f);
+    for (int i = 0; i < n; i++) p[i] = p[i] * u[i] + splat(-1.0f);
+    for (int i = 0; i < n; i++) p[i] = p[i] * u[i] + splat(1.0f);
+    for (int i = 0; i < n; i++) {
+        vi bits = (vi)t[i] << 23;
+        vf scale;
+        memcpy(&scale, &bits, sizeof scale);
+        out[i] = sigmoid ? splat(1.0f) / (splat(1.0f) + p[i] * scale) : p[i] * scale;
+    }
+}
+
+static inline vf vexpneg(vf z) {
+    vf e;
+    vexpneg_n(&z, &e, 1, 0);
+    return e;
 }
 
 #endif

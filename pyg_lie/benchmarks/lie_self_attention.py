@@ -533,7 +533,9 @@ def _fmt_m(r):
 
 
 def format_tables(results: List[Dict], args) -> str:
-    lines = [f"threads={args.threads}, median of {args.repeats} (after a warm-up); memory = peak RSS growth "
+    from . import host_description
+    lines = [f"host: {host_description()}", "",
+             f"threads={args.threads}, median of {args.repeats} (after a warm-up); memory = peak RSS growth "
              f"during forward+backward (MB), fresh subprocess per row", ""]
     sweep = [r for r in results if r["impl"] in SWEEP_IMPLS]
     if sweep:

@@ -393,6 +393,17 @@ def test_benchmark_compiled_model_row_and_table():
                           argparse.Namespace(threads=1, repeats=1, dim=8, heads=2))
     assert "compiled / eager" in table and "bf16 autocast / eager" in table
     assert "| 0.030 | 1.50 | 0.010 | 0.50 |" in table
+    # the host the numbers come from heads the tables: speed-ups depend on the vector units
+    import os
+    host = table.splitlines()[0]
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert host.startswith("host: ") and f", {cpus} CPUs" in host and host.endswith(f"torch {torch.__version__}")
+    try:
+        with open("/proc/cpuinfo") as f:
+            avx2 = " avx2 " in f" {f.read()} ".replace("\n", " ")
+    except OSError:
+        avx2 = False
+    assert ("AVX2" in host) == avx2
 
 
 def test_benchmark_model_is_the_official_architecture(monkeypatch):

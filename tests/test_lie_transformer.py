@@ -1,5 +1,6 @@
 """LieTransformer model: invariance (exact with fixed stabiliser samples / finite lifts), batching."""
 import math
+import re
 
 import pytest
 import torch
@@ -165,9 +166,11 @@ def test_model_state_dict_roundtrip_and_train_mode():
     assert "LieTransformer(SE2, 2, 16, 3" in repr(model)
 
 
-@pytest.mark.parametrize("bad", ["dim", "len", "nan", "t2_lifts", "channels"])
+@pytest.mark.parametrize("bad", ["dim", "len", "nan", "t2_lifts", "channels", "int_x", "dtype"])
 def test_model_bad_input(bad):
-    with pytest.raises(ValueError):
+    messages = {"int_x": "x must be a floating-point tensor, got torch.int64; use x.float()",
+                "dtype": "x is torch.float32 but the model's parameters are torch.float64"}
+    with pytest.raises(ValueError, match=re.escape(messages.get(bad, ""))):
         if bad == "t2_lifts":
             model_for("T2", K=4)
             return
@@ -180,6 +183,10 @@ def test_model_bad_input(bad):
         elif bad == "nan":
             pos[2, 1] = float("inf")
             model(x, pos)
+        elif bad == "int_x":
+            model(torch.ones(5, 2, dtype=torch.long), pos)
+        elif bad == "dtype":
+            model(x.float(), pos)
         else:
             model(torch.randn(5, 3, dtype=torch.float64), pos)
 

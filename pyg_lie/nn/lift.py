@@ -56,8 +56,8 @@ def check_point_cloud(group: LieGroup, x: Optional[Tensor], pos: Tensor,
     """Validate ``x (N, C)``, ``pos (N, n)`` and ``batch (N,)`` for ``group``.
 
     Raises:
-        ValueError: wrong shapes, lengths that disagree, a dimension ``n`` the
-            group does not act on, or non-finite positions.
+        ValueError: wrong shapes, lengths that disagree, integer ``x`` or ``pos``, a
+            dimension ``n`` the group does not act on, or non-finite positions.
     """
     if not isinstance(pos, Tensor) or pos.dim() != 2:
         raise ValueError(f"pos must be a tensor of shape (N, {group.space_dim}), got "
@@ -77,6 +77,9 @@ def check_point_cloud(group: LieGroup, x: Optional[Tensor], pos: Tensor,
         if x.size(0) != pos.size(0):
             raise ValueError(f"x and pos must describe the same points: x has {x.size(0)} rows, "
                              f"pos has {pos.size(0)}")
+        if not x.is_floating_point():
+            raise ValueError(f"x must be a floating-point tensor, got {x.dtype}; use x.float() (or one-hot "
+                             f"encode categorical features)")
     if batch is not None:
         if not isinstance(batch, Tensor) or batch.dim() != 1 or batch.numel() != pos.size(0):
             raise ValueError(f"batch must be a 1-D tensor of length pos.size(0) = {pos.size(0)}, got "

@@ -1,10 +1,14 @@
-"""Constructor argument checks shared by the layers and models, so that one mistake reads
-the same everywhere: a ``ValueError`` naming the argument, what it must be, and the value."""
+"""Argument checks shared by the layers and models (constructor arguments, and the tensors
+every message-passing layer takes), so that one mistake reads the same everywhere: a
+``ValueError`` naming the argument, what it must be, and the value."""
 from __future__ import annotations
 
 import math
 import operator
 from typing import Any, Optional
+
+import torch
+from torch import Tensor
 
 
 def positive_int(name: str, value: Any) -> int:
@@ -54,3 +58,22 @@ def probability(name: str, value: Any) -> float:
     if not 0.0 <= v < 1.0:
         raise ValueError(f"{name} must be in [0, 1), got {value!r}")
     return v
+
+
+def edge_index(value: Any) -> None:
+    """``value`` must be an integer ``(2, E)`` tensor (row 0 sources, row 1 targets): float
+    indices would be truncated without a word."""
+    if not isinstance(value, Tensor) or value.dim() != 2 or value.size(0) != 2:
+        got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+        raise ValueError(f"edge_index must have shape (2, E), got {got}")
+    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+        raise ValueError(f"edge_index must hold integer node indices, got {value.dtype}; use edge_index.long()")
+
+
+def group_elements(group: Any, g: Any, num_nodes: int) -> None:
+    """``g`` must hold one matrix of ``group`` per node: ``(num_nodes, m, m)``."""
+    m = group.matrix_size
+    if not isinstance(g, Tensor) or g.dim() != 3 or tuple(g.shape) != (num_nodes, m, m):
+        got = tuple(g.shape) if isinstance(g, Tensor) else type(g).__name__
+        raise ValueError(f"g must hold one {group.name} element per node, shape ({num_nodes}, {m}, {m}), "
+                         f"got {got}")

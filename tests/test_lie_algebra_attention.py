@@ -233,6 +233,10 @@ def test_layer_repr_reset_sequential_and_errors():
         layer(torch.randn(5, 7), ei, g)
     with pytest.raises(ValueError, match="w must have shape"):
         layer(torch.randn(5, 8), ei, g, w=torch.zeros(3, 3))
+    with pytest.raises(ValueError, match="edge_index must hold integer node indices"):
+        layer(torch.randn(5, 8), ei.float(), g)
+    with pytest.raises(ValueError, match=r"g must hold one .* element per node, shape \(5, "):
+        layer(torch.randn(5, 8), ei, g[:4])
     with pytest.raises(ValueError, match="batch must be sorted"):
         complete_graph(torch.tensor([0, 1, 0]))
 

@@ -1,4 +1,6 @@
 """LieSelfAttention: equivariance in float64 for every group, PyG integration, numerics."""
+import re
+
 import pytest
 import torch
 from torch_geometric.nn import Sequential
@@ -137,10 +139,13 @@ def test_pyg_sequential():
 
 
 @pytest.mark.parametrize("bad", ["heads", "content", "identity_additive", "g_shape", "invariants",
-                                 "per_head_combine_mlp", "per_head_identity", "per_head_not_bool"])
+                                 "per_head_combine_mlp", "per_head_identity", "per_head_not_bool",
+                                 "float_edge_index", "edge_index_rows"])
 def test_bad_arguments(bad):
     G, layer, pos, lifted, ei, inv = setup("SO2", OPTIONS[0], dtype=torch.float32)
-    with pytest.raises(ValueError):
+    messages = {"float_edge_index": "edge_index must hold integer node indices, got torch.float32",
+                "edge_index_rows": "edge_index must have shape (2, E)", "g_shape": "g must hold one SO2 element"}
+    with pytest.raises(ValueError, match=re.escape(messages.get(bad, ""))):
         if bad == "heads":
             LieSelfAttention(8, 10, "SE2", heads=4)
         elif bad == "content":
@@ -155,6 +160,10 @@ def test_bad_arguments(bad):
             LieSelfAttention(8, 8, "SE2", location="identity", combine="mlp", kernel_per_head=True)
         elif bad == "per_head_not_bool":
             LieSelfAttention(8, 8, "SE2", kernel_per_head="yes")
+        elif bad == "float_edge_index":  # would be truncated to node ids without a word
+            layer(lifted.x, ei.float(), lifted.g, inv)
+        elif bad == "edge_index_rows":
+            layer(lifted.x, ei.t(), lifted.g, inv)
         else:
             layer(lifted.x, ei, lifted.g, None)
 

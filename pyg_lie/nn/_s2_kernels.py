@@ -25,6 +25,7 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
+from .. import _checks as checks
 from .._sort import argsort_keys
 from ._autocast import float32_under_autocast
 from .attention_core import dense_edge_attention
@@ -148,8 +149,7 @@ class NeighborhoodPlan:
             dst_groups: optional ``(num_dst,)`` labels; targets with one label and one
                 degree are checked for ``>= min_shared`` common sources.
         """
-        if edge_index.dim() != 2 or edge_index.shape[0] != 2:
-            raise ValueError(f"edge_index must have shape (2, E), got {tuple(edge_index.shape)}")
+        checks.edge_index(edge_index)
         device = edge_index.device
         ei = edge_index.to(torch.long)
         E = ei.shape[1]

@@ -50,6 +50,7 @@ from torch.nn import Parameter
 from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 
+from .. import _checks as checks
 from .._checks import positive_int
 from ..groups import LieGroup, get_group
 from ..groups.base import _is_compiling
@@ -238,6 +239,8 @@ class LieAlgebraAttention(MessagePassing):
         """See the class docstring for shapes."""
         if h.dim() != 2 or h.shape[-1] != self.in_channels:
             raise ValueError(f"h must have shape (N, {self.in_channels}), got {tuple(h.shape)}")
+        checks.edge_index(edge_index)
+        checks.group_elements(self.group, g, h.size(0))
         if w is None:
             w, valid = relative_log(self.group, g, edge_index, self.chart)
         elif w.shape != (edge_index.shape[1], self.group.dim):

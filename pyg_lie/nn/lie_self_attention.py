@@ -42,6 +42,7 @@ from torch import Tensor
 from torch.nn import Linear, Module, Sequential, SiLU
 from torch_geometric.nn import MessagePassing
 
+from .. import _checks as checks
 from .._checks import nonnegative_int, positive_int, probability
 from ..groups import LieGroup, get_group
 from ..groups.base import _is_compiling
@@ -288,14 +289,10 @@ class LieSelfAttention(MessagePassing):
 
     # ------------------------------------------------------------------ checks
     def _check(self, x: Tensor, edge_index: Tensor, g: Tensor, invariants: Optional[Tensor]) -> None:
-        m = self.group.matrix_size
         if x.dim() != 2 or x.size(1) != self.in_channels:
             raise ValueError(f"x must have shape (N, {self.in_channels}), got {tuple(x.shape)}")
-        if g.dim() != 3 or g.shape[1:] != (m, m) or g.size(0) != x.size(0):
-            raise ValueError(f"g must hold one {self.group.name} element per node, shape "
-                             f"({x.size(0)}, {m}, {m}), got {tuple(g.shape)}")
-        if edge_index.dim() != 2 or edge_index.size(0) != 2:
-            raise ValueError(f"edge_index must have shape (2, E), got {tuple(edge_index.shape)}")
+        checks.group_elements(self.group, g, x.size(0))
+        checks.edge_index(edge_index)
         if self.invariant_dim > 0:
             if invariants is None or invariants.shape != (x.size(0), self.invariant_dim):
                 raise ValueError(f"invariants must have shape ({x.size(0)}, {self.invariant_dim}) "

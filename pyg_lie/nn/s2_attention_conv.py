@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
+from .. import _checks as checks
 from .attention_core import edge_attention
 from ._s2_kernels import NeighborhoodPlan, planned_attention
 
@@ -253,8 +254,7 @@ class S2AttentionConv(MessagePassing):
         if x_dst.dim() != x_src.dim() or x_val.shape != x_src.shape:
             raise ValueError(f"source, target and value features must have matching batch layout, got "
                              f"x_src {tuple(x_src.shape)}, x_dst {tuple(x_dst.shape)}, value {tuple(x_val.shape)}")
-        if edge_index.dim() != 2 or edge_index.shape[0] != 2:
-            raise ValueError(f"edge_index must have shape (2, E), got {tuple(edge_index.shape)}")
+        checks.edge_index(edge_index)
         if quad_weights is not None and quad_weights.shape != (x_src.shape[0],):
             raise ValueError(f"quad_weights must have shape (N_src,) = ({x_src.shape[0]},), got "
                              f"{tuple(quad_weights.shape)}")

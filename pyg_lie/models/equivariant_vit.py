@@ -203,7 +203,24 @@ class EquivariantViT(nn.Module):
 
     def tokens(self, images: Tensor) -> Tensor:
         """Patch tokens after embedding and positional encoding, ``(B, num_patches, V.dim)``."""
+        self._check_images(images)
         return self.pos(self.patch_embed(self.grid.to_pixels(images)))
+
+    def _check_images(self, images: Tensor) -> None:
+        C = self.patch_embed.in_channels
+        if not isinstance(images, Tensor) or images.dim() < 3:  # the grid checks the rest of the shape
+            got = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
+            raise ValueError(f"images must have shape (B, {C}, ...) (the grid's pixel layout), got {got}")
+        if images.size(1) != C:
+            raise ValueError(f"images must have {C} channels (in_channels), got {images.size(1)}")
+        if images.size(0) == 0:
+            raise ValueError("images holds no image (batch size 0)")
+        w = self.cls_token
+        if not images.is_floating_point():
+            raise ValueError(f"images must be a floating-point tensor, got {images.dtype}; e.g. images.float() / 255")
+        if images.dtype != w.dtype and not torch.is_autocast_enabled(images.device.type):
+            raise ValueError(f"images are {images.dtype} but the model's parameters are {w.dtype}; pass "
+                             f"images.to({w.dtype}) or convert the model (model.to({images.dtype}))")
 
     def features(self, images: Tensor, return_all: bool = False):
         """Backbone: tokens ``(B, num_patches + 1, V.dim)`` after the last block (class

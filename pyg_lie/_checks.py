@@ -77,3 +77,13 @@ def group_elements(group: Any, g: Any, num_nodes: int) -> None:
         got = tuple(g.shape) if isinstance(g, Tensor) else type(g).__name__
         raise ValueError(f"g must hold one {group.name} element per node, shape ({num_nodes}, {m}, {m}), "
                          f"got {got}")
+
+
+def floating(name: str, value: Tensor, like: Optional[Tensor] = None) -> None:
+    """``value`` must be a floating-point tensor, of the dtype of the parameter ``like``
+    where given (unless autocast is on, which converts on its own)."""
+    if not value.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got {value.dtype}; use {name}.float()")
+    if like is not None and value.dtype != like.dtype and not torch.is_autocast_enabled(value.device.type):
+        raise ValueError(f"{name} is {value.dtype} but the model's parameters are {like.dtype}; pass "
+                         f"{name}.to({like.dtype}) or convert the model (model.to({value.dtype}))")

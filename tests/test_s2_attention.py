@@ -407,7 +407,12 @@ def test_errors():
         m(torch.randn(2, 4, 4, 8), torch.randn(2, 4, 8, 8), torch.randn(2, 4, 8, 16))
     with pytest.raises(ValueError, match="query"):
         m(torch.randn(4, 4, 8))
+    with pytest.raises(ValueError, match="query is torch.float64 but the model's parameters are torch.float32"):
+        m(torch.randn(2, 4, 4, 8, dtype=torch.float64), torch.randn(2, 4, 8, 16, dtype=torch.float64),
+          torch.randn(2, 4, 8, 16, dtype=torch.float64))
     conv = S2AttentionConv(3)
+    with pytest.raises(ValueError, match="edge_index must hold integer node indices"):
+        conv(torch.randn(5, 3), torch.zeros(2, 1))
     with pytest.raises(ValueError, match="x_src"):
         conv(torch.randn(5, 4), torch.zeros(2, 0, dtype=torch.long))
     with pytest.raises(ValueError, match="quad_weights"):

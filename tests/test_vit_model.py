@@ -82,7 +82,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="images"):
         m(torch.randn(1, 3, 9, 9))
     for images, message in [(torch.randn(1, 1, 8, 8), "images must have 3 channels"),
-                            (torch.ones(1, 3, 8, 8, dtype=torch.uint8), "images must be a floating-point tensor"),
+                            (torch.ones(1, 3, 8, 8, dtype=torch.uint8), "images must be a floating-point tensor, got torch.uint8; use images.float()"),
                             (torch.randn(1, 3, 8, 8, dtype=torch.float64), "model's parameters are torch.float32"),
                             (torch.randn(0, 3, 8, 8), "batch size 0"), (torch.randn(3, 8), "images must have shape")]:
         with pytest.raises(ValueError, match=message):

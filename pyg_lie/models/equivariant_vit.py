@@ -17,6 +17,7 @@ from typing import Callable, Mapping, Optional, Union
 import torch
 from torch import Tensor, nn
 
+from .. import _checks as checks
 from ..nn._sparse_ops import CSRStructure
 from ..vit.attention import EquivariantSelfAttention, complete_graph, radius_patch_graph
 from ..vit.field_type import FieldType
@@ -215,12 +216,7 @@ class EquivariantViT(nn.Module):
             raise ValueError(f"images must have {C} channels (in_channels), got {images.size(1)}")
         if images.size(0) == 0:
             raise ValueError("images holds no image (batch size 0)")
-        w = self.cls_token
-        if not images.is_floating_point():
-            raise ValueError(f"images must be a floating-point tensor, got {images.dtype}; e.g. images.float() / 255")
-        if images.dtype != w.dtype and not torch.is_autocast_enabled(images.device.type):
-            raise ValueError(f"images are {images.dtype} but the model's parameters are {w.dtype}; pass "
-                             f"images.to({w.dtype}) or convert the model (model.to({images.dtype}))")
+        checks.floating("images", images, like=self.cls_token)
 
     def features(self, images: Tensor, return_all: bool = False):
         """Backbone: tokens ``(B, num_patches + 1, V.dim)`` after the last block (class

@@ -23,6 +23,7 @@ from torch import Tensor
 from torch.nn import LayerNorm, Linear, Module, ModuleList, Sequential, SiLU
 
 from .._batch import num_graphs as count_graphs
+from .. import _checks as checks
 from .._checks import nonnegative_int, optional_length, positive_int
 from ..groups import LieGroup, get_group
 from ..nn.group_pool import GroupPool
@@ -138,10 +139,7 @@ class LieTransformer(Module):
         check_point_cloud(self.group, x, pos, batch)
         if x.size(1) != self.in_channels:
             raise ValueError(f"x must have {self.in_channels} channels (in_channels), got {x.size(1)}")
-        w = self.embed.weight
-        if x.dtype != w.dtype and not torch.is_autocast_enabled(x.device.type):
-            raise ValueError(f"x is {x.dtype} but the model's parameters are {w.dtype}; pass x.to({w.dtype}) "
-                             f"or convert the model (model.to({x.dtype}))")
+        checks.floating("x", x, like=self.embed.weight)
         lifted: LiftedPoints = self.lift(x, pos, batch, stabilizer=stabilizer)
         edge_index, csr = self._graph(pos.detach(), batch, lifted.g, torch.is_grad_enabled())
         inv = None

@@ -28,6 +28,7 @@ from typing import NamedTuple, Optional, Union
 import torch
 from torch import Tensor
 
+from .. import _checks as checks
 from .._checks import positive_int
 from ..groups import LieGroup, get_group
 from ..groups.base import _is_compiling, rot2
@@ -67,8 +68,7 @@ def check_point_cloud(group: LieGroup, x: Optional[Tensor], pos: Tensor,
             f"pos has {pos.size(1)} coordinates per point but {group.name} acts on R^{group.space_dim}; "
             f"pick a group for dimension {pos.size(1)} (e.g. 'T{pos.size(1)}'"
             f"{', SE2, SO2' if pos.size(1) == 2 else ', SE3, SO3' if pos.size(1) == 3 else ''})")
-    if not pos.is_floating_point():
-        raise ValueError(f"pos must be a floating-point tensor, got {pos.dtype}; use pos.float()")
+    checks.floating("pos", pos)
     if x is not None:
         if not isinstance(x, Tensor) or x.dim() != 2:
             raise ValueError(f"x must be a tensor of shape (N, C), got "
@@ -77,9 +77,7 @@ def check_point_cloud(group: LieGroup, x: Optional[Tensor], pos: Tensor,
         if x.size(0) != pos.size(0):
             raise ValueError(f"x and pos must describe the same points: x has {x.size(0)} rows, "
                              f"pos has {pos.size(0)}")
-        if not x.is_floating_point():
-            raise ValueError(f"x must be a floating-point tensor, got {x.dtype}; use x.float() (or one-hot "
-                             f"encode categorical features)")
+        checks.floating("x", x)
     if batch is not None:
         if not isinstance(batch, Tensor) or batch.dim() != 1 or batch.numel() != pos.size(0):
             raise ValueError(f"batch must be a 1-D tensor of length pos.size(0) = {pos.size(0)}, got "

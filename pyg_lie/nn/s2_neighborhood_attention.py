@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .. import _checks as checks
 from .s2_attention_conv import S2AttentionConv
 from ._s2_kernels import NeighborhoodPlan, geodesic_neighbors
 
@@ -244,6 +245,7 @@ class S2NeighborhoodAttention(S2AttentionConv):
         if key.dtype != query.dtype or value.dtype != query.dtype:
             raise ValueError(f"query, key and value must share one dtype, got {query.dtype}, {key.dtype}, "
                              f"{value.dtype}")
+        checks.floating("query", query, like=self.q_weights)
         g = self._graph(query.device)
         B = query.shape[0]
         if self.optimized_kernel:

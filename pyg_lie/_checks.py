@@ -47,6 +47,14 @@ def nonnegative_float(name: str, value: Any, hint: str = "") -> float:
     return v
 
 
+def finite_float(name: str, value: Any, hint: str = "") -> float:
+    """``value`` as a finite float; ``hint`` ends the message."""
+    v = _float(value)
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be a finite number{hint}, got {value!r}")
+    return v
+
+
 def optional_length(name: str, value: Any, none_means: str) -> Optional[float]:
     """``None``, or ``value`` as a finite float ``>= 0`` (a radius, a threshold)."""
     return None if value is None else nonnegative_float(name, value, f", or None for {none_means}")

@@ -135,6 +135,16 @@ def test_node_validation():
     model = HamiltonianNODE(PairwiseMLPPotential())
     with pytest.raises(ValueError, match="z0"):
         model(torch.zeros(2, 6, 3), torch.ones(2, 6), torch.ones(2, 6), 1, 0.01)
+    z, m, k = torch.zeros(2, 6, 4), torch.ones(2, 6), torch.ones(2, 6)
+    for args, message in [((z, m, k, 2.5, 0.01), "num_steps must be an int >= 0"),
+                          ((z, m, k, 1, float("nan")), "dt must be a finite number"),
+                          ((z, 0 * m, k, 1, 0.01), "masses, which must be positive"),
+                          ((z.double(), m.double(), k.double(), 1, 0.01), "z0 is torch.float64 but the model"),
+                          ((z.long(), m, k, 1, 0.01), "z0 must be a floating-point tensor"),
+                          ((z, m, k * float("inf"), 1, 0.01), "k contains non-finite")]:
+        with pytest.raises(ValueError, match=message):
+            model(*args)
+    assert torch.isfinite(model(z + 1, m, k, 2, -0.01)).all()  # dt < 0 integrates backwards
 
 
 def _lie_potential(group):

@@ -31,6 +31,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from .. import _checks as checks
 from .._batch import num_graphs
 
 __all__ = ["HamiltonianNODE", "PairwiseMLPPotential", "rollout_mse"]
@@ -149,8 +150,15 @@ class HamiltonianNODE(nn.Module):
             raise ValueError(f"z0 must have shape (B, n, {2 * d}), got {tuple(z0.shape)}")
         if m.shape != z0.shape[:2] or k.shape != z0.shape[:2]:
             raise ValueError(f"m and k must have shape {tuple(z0.shape[:2])}, got {tuple(m.shape)}, {tuple(k.shape)}")
-        if num_steps < 0:
-            raise ValueError(f"num_steps must be >= 0, got {num_steps}")
+        num_steps = checks.nonnegative_int("num_steps", num_steps)
+        checks.finite_float("dt", dt, " (negative: integrate backwards)")
+        like = next(self.parameters(), None)
+        for name, t in (("z0", z0), ("m", m), ("k", k)):
+            checks.floating(name, t, like=like)
+            if not bool(torch.isfinite(t).all()):
+                raise ValueError(f"{name} contains non-finite entries (NaN or inf)")
+        if not bool((m > 0).all()):
+            raise ValueError("m holds masses, which must be positive (p / m is the velocity)")
         create_graph = torch.is_grad_enabled()
         q, p = z0[..., :d], z0[..., d:]
 

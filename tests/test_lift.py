@@ -116,6 +116,8 @@ def test_radius_lifted_edges_and_subsample():
     full = torch.bincount(ei[1], minlength=60)
     assert torch.equal(deg, full.clamp(max=5))
     assert set(map(tuple, sub.t().tolist())) <= set(map(tuple, ei.t().tolist()))
+    with pytest.raises(ValueError, match="num_lifts must be a positive int, got 0"):
+        lifted_edges(pos, batch, 0, radius=0.8)  # used to return no edges at all
 
 
 def test_log_threshold_keeps_self_pairs_and_is_invariant():

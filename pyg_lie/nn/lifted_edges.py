@@ -200,6 +200,7 @@ def lifted_edges(pos: Tensor, batch: Optional[Tensor], num_lifts: int, radius: O
     """
     radius = optional_length("radius", radius, "all pairs of each cloud")
     N = pos.size(0)
+    num_lifts = positive_int("num_lifts", num_lifts)
     ei = expand_edges(base_graph(pos, batch, radius, loop=loop, backend=backend), N, num_lifts)
     if log_threshold is not None:
         if g is None or group is None:

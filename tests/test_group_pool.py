@@ -1,0 +1,32 @@
+"""GroupPool: per-graph mean / sum / max of lifted-node features, invariance, bad input."""
+import pytest
+import torch
+
+from pyg_lie.nn import GroupPool
+
+
+@pytest.mark.parametrize("reduce", ["mean", "sum", "max"])
+def test_per_graph_reduction_and_permutation_invariance(reduce):
+    torch.manual_seed(0)
+    x = torch.randn(9, 4, dtype=torch.float64)
+    batch = torch.tensor([0, 0, 0, 0, 1, 1, 2, 2, 2])
+    pool = GroupPool(reduce)
+    out = pool(x, batch)
+    for b in range(3):
+        rows = x[batch == b]
+        want = {"mean": rows.mean(0), "sum": rows.sum(0), "max": rows.max(0).values}[reduce]
+        assert torch.allclose(out[b], want, atol=1e-15)
+    perm = torch.randperm(9)  # any reordering of the lifted nodes, e.g. g -> u g on them
+    assert torch.allclose(pool(x[perm], batch[perm], size=3), out, atol=1e-15)
+    assert torch.allclose(pool(x), pool(x, torch.zeros(9, dtype=torch.long)), atol=1e-15)
+
+
+def test_size_keeps_empty_trailing_graphs_and_bad_input():
+    x = torch.ones(4, 2)
+    out = GroupPool()(x, torch.tensor([0, 0, 1, 1]), size=3)
+    assert out.shape == (3, 2) and torch.equal(out[2], torch.zeros(2))
+    with pytest.raises(ValueError, match="batch must be a 1-D tensor with one graph id per row of x"):
+        GroupPool()(x, torch.tensor([0, 0, 1]))
+    with pytest.raises(ValueError, match="reduce"):
+        GroupPool("median")
+    assert repr(GroupPool("max")) == "GroupPool(reduce='max')"

@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 from torch.nn import LayerNorm, Linear, Module, ModuleList, Sequential, SiLU
 
-from .._batch import num_graphs as count_graphs
 from .. import _checks as checks
+from .._batch import num_graphs as count_graphs
 from .._checks import nonnegative_int, optional_length, positive_int
 from ..groups import LieGroup, get_group
 from ..nn.group_pool import GroupPool

@@ -46,6 +46,13 @@ def test_bad_arguments():
         Constellation(3, augment="SO3")
     with pytest.raises(ValueError, match="num_samples"):
         Constellation(0)
+    for kwargs, message in [(dict(max_instances=0), "max_instances must be a positive int"),  # used to hang
+                            (dict(noise=-0.1), "noise must be a finite number >= 0"),
+                            (dict(extent=0.0), "extent must be > 0"),
+                            (dict(translation_scale=float("nan")), "translation_scale"),
+                            (dict(size_range=(0.0, 1.0)), "size_range")]:
+        with pytest.raises(ValueError, match=message):
+            Constellation(3, **kwargs)
 
 
 def test_official_variant_statistics():

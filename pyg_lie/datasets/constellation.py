@@ -33,11 +33,14 @@ rotation) to a copy of ``D_test``.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 from torch_geometric.data import Data, InMemoryDataset
+
+from .._checks import nonnegative_float, positive_int
 
 __all__ = ["Constellation", "SHAPES", "VARIANTS", "templates", "official_templates"]
 
@@ -102,14 +105,18 @@ class Constellation(InMemoryDataset):
                  augment: Optional[str] = None, augment_seed: Optional[int] = None,
                  translation_scale: float = 10.0, transform: Optional[Callable] = None,
                  variant: str = "uniform"):
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        positive_int("num_samples", num_samples)
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
         if augment not in (None, "T2", "SE2"):
             raise ValueError(f"augment must be None, 'T2' or 'SE2', got {augment!r}")
-        if not (0 < size_range[0] <= size_range[1]):
-            raise ValueError(f"size_range must satisfy 0 < low <= high, got {size_range}")
+        if not (0 < size_range[0] <= size_range[1] < math.inf):
+            raise ValueError(f"size_range must satisfy 0 < low <= high < inf, got {size_range}")
+        positive_int("max_instances", max_instances)  # 0 would redraw empty scenes forever
+        if not nonnegative_float("extent", extent) > 0:
+            raise ValueError(f"extent must be > 0, got {extent!r}")
+        nonnegative_float("noise", noise, " (a standard deviation)")
+        nonnegative_float("translation_scale", translation_scale, " (a standard deviation)")
         self.seed, self.augment, self.variant = seed, augment, variant
         self.params = dict(num_samples=num_samples, seed=seed, max_instances=max_instances,
                            size_range=tuple(size_range), extent=extent, noise=noise, augment=augment,

@@ -391,6 +391,16 @@ def test_dataset_relative_poses_in_chart_and_deterministic(name):
     assert not torch.equal(LieSequenceCompletion(G, 1, seed=8)[0].g, ds[0].g)
 
 
+def test_dataset_bad_arguments():
+    for kwargs, message in [(dict(num_sequences=0), "num_sequences"), (dict(length=2), "length"),
+                            (dict(margin=1.0), "margin"),
+                            (dict(step_std={"rotation": -0.1}), r"step_std\['rotation'\] must be a finite number >= 0"),
+                            (dict(step_std={"translation": float("nan")}), "step_std"),
+                            (dict(dtype=torch.int64), "dtype must be a floating-point dtype")]:
+        with pytest.raises(ValueError, match=message):
+            LieSequenceCompletion(**{"group": "SE2", "num_sequences": 2, **kwargs})
+
+
 # ------------------------------------------------------------------- training
 def test_short_training_run_reduces_loss():
     G = SE2()

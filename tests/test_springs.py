@@ -57,6 +57,12 @@ def test_generator_deterministic_and_shapes(traj):
         SpringDynamics(4, mode="bad")
     with pytest.raises(ValueError, match="num_systems"):
         SpringDynamics(0)
+    for kwargs, message in [(dict(num_particles=1), "num_particles must be >= 2"),
+                            (dict(space_dim=0), "space_dim must be a positive int"),
+                            (dict(t_end=float("nan")), "finite t_end > 0"),
+                            (dict(dtype=torch.int64), "dtype must be a floating-point dtype")]:
+        with pytest.raises(ValueError, match=message):
+            SpringDynamics(2, num_steps=10, **kwargs)
 
 
 def test_node_with_true_potential_reproduces_data(traj):

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch, Data, Dataset
 
-from .._checks import positive_int
+from .._checks import nonnegative_float, positive_int
 from ..groups import LieGroup, get_group
 
 DEFAULT_STEP_STD = {"translation": 0.5, "rotation": 0.4}
@@ -74,6 +74,10 @@ class LieSequenceCompletion(Dataset):
         if unknown:
             raise ValueError(f"step_std has unknown blocks {sorted(unknown)}; {self.group.name} has "
                              f"{list(self.group.blocks)}")
+        for block, value in std.items():
+            nonnegative_float(f"step_std[{block!r}]", value)
+        if not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating-point dtype, got {dtype}")
         self.step_std = std
         self._items = self._generate(dtype)
 

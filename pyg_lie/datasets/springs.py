@@ -162,8 +162,13 @@ class SpringDynamics(Dataset):
         num_systems = positive_int("num_systems", num_systems)
         if mode not in ("chunks", "trajectories"):
             raise ValueError(f"mode must be 'chunks' or 'trajectories', got {mode!r}")
-        if num_steps < 1 or t_end <= 0:
-            raise ValueError(f"need num_steps >= 1 and t_end > 0, got num_steps={num_steps}, t_end={t_end}")
+        if num_steps < 1 or not t_end > 0 or t_end == float("inf"):
+            raise ValueError(f"need num_steps >= 1 and a finite t_end > 0, got num_steps={num_steps}, t_end={t_end}")
+        if positive_int("num_particles", num_particles) < 2:
+            raise ValueError(f"num_particles must be >= 2 (springs join pairs), got {num_particles}")
+        positive_int("space_dim", space_dim)
+        if not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating-point dtype, got {dtype}")
         if not 1 <= chunk_len <= num_steps:
             raise ValueError(f"chunk_len must be in [1, num_steps={num_steps}], got {chunk_len}")
         if substeps < 1:

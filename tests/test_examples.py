@@ -1,23 +1,45 @@
-"""The example scripts run end to end (tiny settings) and print what their docstrings promise."""
+"""The example scripts: ``--help`` works, the quick start trains and is invariant, and the
+sibling-lift patch removes exactly those edges."""
+import importlib.util
+import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("name", sorted(f for f in os.listdir(os.path.join(ROOT, "examples")) if f.endswith(".py")))
+def test_help(name):
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", name), "--help"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "usage" in r.stdout
 
 
 def test_quickstart_trains_and_is_c4_invariant():
-    out = subprocess.run([sys.executable, str(ROOT / "examples" / "quickstart.py"), "--steps", "3",
-                          "--samples", "32", "--batch-size", "16", "--no-progress"],
-                         capture_output=True, text=True, timeout=300, check=True).stdout
-    assert "test accuracy" in out
-    change = float(re.search(r"largest logit change under C_4 rotations and translations: (\S+)", out).group(1))
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "quickstart.py"), "--steps", "3",
+                        "--samples", "32", "--batch-size", "16", "--no-progress"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "test accuracy" in r.stdout
+    change = float(re.search(r"largest logit change under C_4 rotations and translations: (\S+)", r.stdout).group(1))
     assert change < 1e-5  # exact invariance up to float32 rounding (the issue's 1e-5)
 
 
-def test_examples_have_help():
-    for script in sorted((ROOT / "examples").glob("*.py")):
-        out = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
-                             timeout=120, check=True).stdout
-        assert out.startswith("usage:"), script.name
+def test_without_sibling_edges_drops_only_edges_between_lifts_of_one_point():
+    spec = importlib.util.spec_from_file_location("sib", os.path.join(ROOT, "examples", "constellation_sibling_lifts.py"))
+    sib = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sib)
+    import pyg_lie.models.lie_transformer as lt
+    pos = torch.randn(7, 2, generator=torch.Generator().manual_seed(0))
+    K = 3
+    full = lt.lifted_edges(pos, None, K, None)
+    with sib.without_sibling_edges():
+        kept = lt.lifted_edges(pos, None, K, None)
+    assert full.size(1) - kept.size(1) == 7 * K * (K - 1)
+    same_point = kept[0] // K == kept[1] // K
+    assert torch.equal(kept[0, same_point], kept[1, same_point])  # only self-loops remain
+    assert lt.lifted_edges(pos, None, K, None).size(1) == full.size(1)  # patch undone

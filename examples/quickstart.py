@@ -26,6 +26,7 @@ from torch_geometric.loader import DataLoader
 from torch_geometric.nn import Sequential
 from tqdm import tqdm
 
+from pyg_lie.cli.types import nonnegative_int, positive_int
 from pyg_lie.datasets import Constellation
 from pyg_lie.groups import get_group
 from pyg_lie.nn import GroupPool, LieSelfAttention, Lift
@@ -59,14 +60,12 @@ class CountingModel(nn.Module):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=50, help="training steps (batches)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--samples", type=int, default=512, help="training clouds")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=positive_int, default=50, help="training steps (batches)")
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--samples", type=positive_int, default=512, help="training clouds")
+    p.add_argument("--seed", type=nonnegative_int, default=0)
     p.add_argument("--no-progress", action="store_true", help="disable the tqdm bar")
     args = p.parse_args()
-    if args.steps < 1 or args.batch_size < 1 or args.samples < 1:
-        p.error("--steps, --batch-size and --samples must be positive")
 
     torch.manual_seed(args.seed)
     train = Constellation(args.samples, seed=args.seed)

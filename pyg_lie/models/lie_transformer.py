@@ -28,7 +28,7 @@ from .._checks import nonnegative_int, optional_length, positive_int
 from ..groups import LieGroup, get_group
 from ..nn.group_pool import GroupPool
 from ..nn.lie_transformer_block import LieTransformerBlock
-from ..nn.lift import Lift, LiftedPoints, check_point_cloud
+from ..nn.lift import Lift, LiftedPoints
 from ..nn._sparse_ops import CSRStructure
 from ..nn.lifted_edges import check_distance_weights, lifted_edges
 
@@ -136,11 +136,10 @@ class LieTransformer(Module):
         Returns:
             ``(h (M, hidden), lifted: LiftedPoints, edge_index (2, E))``.
         """
-        check_point_cloud(self.group, x, pos, batch)
+        lifted: LiftedPoints = self.lift(x, pos, batch, stabilizer=stabilizer)  # validates x, pos, batch
         if x.size(1) != self.in_channels:
             raise ValueError(f"x must have {self.in_channels} channels (in_channels), got {x.size(1)}")
         checks.floating("x", x, like=self.embed.weight)
-        lifted: LiftedPoints = self.lift(x, pos, batch, stabilizer=stabilizer)
         edge_index, csr = self._graph(pos.detach(), batch, lifted.g, torch.is_grad_enabled())
         inv = None
         if self.invariant_dim > 0:

@@ -88,7 +88,13 @@ def test_official_peer_is_built_and_timed_on_the_same_clouds(official_src):
     model = dict(CFG, impl="model", time=0.5)
     table = format_tables([model, {**CFG, **res, "time": 6.0}],
                           argparse.Namespace(threads=1, repeats=1, dim=8, heads=2))
-    assert "official code here / eager" in table and "| 6.000 | 12.00 | %.0f |" % res["mem_mb"] in table
+    assert "official code here / eager" in table and "| 6.000 | 12.00 | %.0f | - |" % res["mem_mb"] in table
+    # with the per-node floor measured: 3 GFLOP at 60 GFLOP/s take 0.05 s, a bound of 6 / 0.05
+    floor = dict(CFG, impl="pointwise", time=0.2, gflop=3.0, peak_gflops=60.0)
+    table = format_tables([model, floor, {**CFG, **res, "time": 6.0}],
+                          argparse.Namespace(threads=1, repeats=1, dim=8, heads=2))
+    assert "official code here / at peak" in table
+    assert "| 3.00 | 0.0500 | 84.0-88.0x | 6.000 | 12.00 | %.0f | 120.0x |" % res["mem_mb"] in table
 
 
 def test_official_source_errors_name_the_folder_and_the_fix(tmp_path, official_src):

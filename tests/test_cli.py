@@ -4,7 +4,7 @@ import argparse
 import pytest
 
 from pyg_lie.cli import BENCH, OTHER, TRAIN, _available, build_parser
-from pyg_lie.cli.types import nonnegative_int, positive_int
+from pyg_lie.cli.types import device_name, nonnegative_int, positive_int
 
 
 def test_count_types():
@@ -13,6 +13,33 @@ def test_count_types():
                    (positive_int, "1.5"), (nonnegative_int, "x")):
         with pytest.raises(argparse.ArgumentTypeError, match="must be"):
             f(bad)
+
+
+def test_device_type(monkeypatch):
+    import torch
+    assert device_name("cpu") == "cpu"
+    for bad in ("gpu", "cpu:0", "cuda:x", "cuda:", "CUDA", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="must be 'cpu', 'cuda' or 'cuda:N'"):
+            device_name(bad)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(argparse.ArgumentTypeError, match="CUDA is not available on this machine; use cpu"):
+        device_name("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert device_name("cuda") == "cuda" and device_name("cuda:1") == "cuda:1"
+    with pytest.raises(argparse.ArgumentTypeError, match="2 CUDA device.*cuda:0 .. cuda:1"):
+        device_name("cuda:2")
+
+
+@pytest.mark.parametrize("command", [["train", "swe"], ["train", "vit"], ["train", "lie-sequence"], ["summary"],
+                                     ["bench", "neighbors"], ["bench", "vit"], ["bench", "lie-algebra-attention"]],
+                         ids=" ".join)
+def test_unknown_devices_are_usage_errors(command, capsys):
+    argv = command + ["--device", "gpu"]
+    with pytest.raises(SystemExit) as err:
+        build_parser(argv).parse_args(argv)
+    assert err.value.code == 2
+    assert "argument --device: must be 'cpu', 'cuda' or 'cuda:N', got 'gpu'" in capsys.readouterr().err
 
 
 def _commands():

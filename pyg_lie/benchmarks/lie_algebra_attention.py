@@ -33,7 +33,7 @@ import warnings
 
 import torch
 
-from ..cli.types import nonnegative_int, positive_int
+from ..cli.types import device_name, nonnegative_int, positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heads", type=positive_int, default=4)
     parser.add_argument("--repeat", type=positive_int, default=3)
     parser.add_argument("--threads", type=nonnegative_int, default=1)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--graph-groups", nargs="+", default=["SE3", "SO3"])
     parser.add_argument("--graph-sizes", type=positive_int, nargs="+", default=[1000, 10000, 100000],

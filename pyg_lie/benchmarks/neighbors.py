@@ -22,7 +22,7 @@ import torch
 
 from pyg_lie import neighbors as nb
 
-from ..cli.types import nonnegative_int, positive_int
+from ..cli.types import device_name, nonnegative_int, positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--degree", type=float, default=16.0, help="mean neighbours per point")
     parser.add_argument("--dim", type=positive_int, default=3, help="space dimension d")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--backends", nargs="+", default=None,
                         help="backends to run (default: auto, then every backend available on the device)")
     parser.add_argument("--max-seconds", type=float, default=60.0,

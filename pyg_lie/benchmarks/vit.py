@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from ..cli.types import nonnegative_int, positive_int
+from ..cli.types import device_name, nonnegative_int, positive_int
 
 __all__ = ["add_arguments", "main", "run"]
 
@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reps", type=positive_int, default=7)
     p.add_argument("--threads", type=nonnegative_int, default=1,
                    help="torch threads (0: torch default; 1 is stable on shared CPUs)")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--out", default="runs/bench_vit", help="folder for results.json")
 

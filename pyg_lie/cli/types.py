@@ -1,7 +1,8 @@
-"""``argparse`` types for counts: a bad value is a usage error naming the option.
+"""``argparse`` types: a bad value is a usage error naming the option.
 
 ``--epochs 0`` or ``--repeats -1`` stop at parsing (``error: argument --epochs: must be a
-positive integer, got '0'``, exit status 2) instead of failing later or running nothing.
+positive integer, got '0'``, exit status 2) instead of failing later or running nothing, and
+so do ``--device gpu`` and ``--device cuda`` on a machine without CUDA.
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import argparse
 
 from .. import _checks
 
-__all__ = ["positive_int", "nonnegative_int"]
+__all__ = ["positive_int", "nonnegative_int", "device_name"]
 
 
 def _parse(text: str, check, what: str) -> int:
@@ -28,6 +29,24 @@ def positive_int(text: str) -> int:
 def nonnegative_int(text: str) -> int:
     """An integer >= 0."""
     return _parse(text, _checks.nonnegative_int, "an integer >= 0")
+
+
+def device_name(text: str) -> str:
+    """``cpu``, ``cuda`` or ``cuda:N``, where that CUDA device exists; returned as given (for
+    ``torch.device``)."""
+    kind, colon, index = text.partition(":")
+    if kind not in ("cpu", "cuda") or (colon and (kind == "cpu" or not index.isdigit())):
+        raise argparse.ArgumentTypeError(f"must be 'cpu', 'cuda' or 'cuda:N', got {text!r}")
+    if kind == "cuda":
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: CUDA is not available on this machine; use cpu")
+        if index and int(index) >= count:
+            raise argparse.ArgumentTypeError(f"{text!r}: this machine has {count} CUDA device(s), "
+                                             f"cuda:0 .. cuda:{count - 1}")
+    return text
 
 
 # argparse names the type in its messages by the function's __name__

@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from ..cli.types import nonnegative_int, positive_int
+from ..cli.types import device_name, nonnegative_int, positive_int
 
 GROUP_CHOICES = ("SO2", "SE2", "SO3", "SE3", "Aff2", "Aff3")
 SCORE_CHOICES = ("closed_form", "mlp", "vector")
@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--aux-weight", type=float, default=1.0,
                         help="weight of the per-token proposal loss")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--threads", type=nonnegative_int, default=1,
                         help="torch threads (0: leave the default; 1 is fastest on a shared CPU)")
     parser.add_argument("--equiv-sequences", type=positive_int, default=64,

@@ -20,7 +20,7 @@ import json
 import os
 from types import SimpleNamespace
 
-from ..cli.types import nonnegative_int, positive_int
+from ..cli.types import device_name, nonnegative_int, positive_int
 from . import lie_sequence
 from .lie_sequence import GROUP_CHOICES, MODEL_LETTER, SCORE_CHOICES, aggregate
 
@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train-size", type=positive_int, default=d.train_size)
     parser.add_argument("--test-size", type=positive_int, default=d.test_size)
     parser.add_argument("--threads", type=nonnegative_int, default=1)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--out", default=os.path.join("runs", "lie_sequence"))
     parser.add_argument("--collect-only", action="store_true", help="only read existing results")
     parser.add_argument("--rerun", action="store_true", help="retrain even if results exist")

@@ -31,7 +31,7 @@ from typing import Dict, List
 import torch
 from torch import Tensor, nn
 
-from ..cli.types import nonnegative_int, positive_int
+from ..cli.types import device_name, nonnegative_int, positive_int
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--blocks", type=positive_int, default=2)
     p.add_argument("--backends", default="pyg-lie,torch-harmonics",
                    help="comma separated: pyg-lie and/or torch-harmonics")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--seed", type=nonnegative_int, default=0)
     p.add_argument("--out", default="runs/swe", help="output folder for maps, curves and summary.json")
 

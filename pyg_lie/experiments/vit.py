@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..cli.types import nonnegative_int, positive_int
+from ..cli.types import device_name, nonnegative_int, positive_int
 
 __all__ = ["add_arguments", "main", "load_dataset", "rotate_images", "matched_channels"]
 
@@ -84,7 +84,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--break-symmetry", default=None,
                    help="e.g. 'C4@0.5': restrict every model to this subgroup after that fraction of the epochs "
                         "(model.restrict, Theorem 2); models whose group does not contain it keep their group")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--threads", type=nonnegative_int, default=1)
     p.add_argument("--out", default="runs/vit")
 

@@ -39,6 +39,14 @@ def _float(value: Any) -> float:
         return math.nan
 
 
+def positive_float(name: str, value: Any, hint: str = "") -> float:
+    """``value`` as a finite float ``> 0``; ``hint`` ends the message."""
+    v = _float(value)
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"{name} must be a finite number > 0{hint}, got {value!r}")
+    return v
+
+
 def nonnegative_float(name: str, value: Any, hint: str = "") -> float:
     """``value`` as a finite float ``>= 0``; ``hint`` ends the message."""
     v = _float(value)

@@ -4,7 +4,7 @@ import argparse
 import pytest
 
 from pyg_lie.cli import BENCH, OTHER, TRAIN, _available, build_parser
-from pyg_lie.cli.types import device_name, nonnegative_int, positive_int
+from pyg_lie.cli.types import device_name, nonnegative_float, nonnegative_int, positive_float, positive_int
 
 
 def test_count_types():
@@ -13,6 +13,30 @@ def test_count_types():
                    (positive_int, "1.5"), (nonnegative_int, "x")):
         with pytest.raises(argparse.ArgumentTypeError, match="must be"):
             f(bad)
+
+
+def test_number_types():
+    assert positive_float("2.5e-3") == 2.5e-3 and nonnegative_float("0") == 0.0
+    for f, bad in ((positive_float, "0"), (positive_float, "-1e-3"), (positive_float, "nan"),
+                   (positive_float, "inf"), (nonnegative_float, "-0.1"), (nonnegative_float, "nan"),
+                   (nonnegative_float, "x")):
+        with pytest.raises(argparse.ArgumentTypeError, match="must be a finite number"):
+            f(bad)
+
+
+@pytest.mark.parametrize("command, option, value, what", [
+    (["train", "swe"], "--dt-hours", "0", "a finite number > 0"),
+    (["train", "vit"], "--lr", "nan", "a finite number >= 0"),
+    (["train", "springs"], "--grad-clip", "-1", "a finite number > 0"),
+    (["train", "constellation"], "--time-limit", "inf", "a finite number > 0"),
+    (["bench", "neighbors"], "--degree", "0", "a finite number > 0"),
+], ids=lambda v: v if isinstance(v, str) else " ".join(v))
+def test_bad_numbers_are_usage_errors(command, option, value, what, capsys):
+    argv = command + [option, value]
+    with pytest.raises(SystemExit) as err:
+        build_parser(argv).parse_args(argv)
+    assert err.value.code == 2
+    assert f"argument {option}: must be {what}, got '{value}'" in capsys.readouterr().err
 
 
 def test_device_type(monkeypatch):

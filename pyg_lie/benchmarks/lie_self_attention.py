@@ -61,7 +61,7 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from ..cli.types import positive_int
+from ..cli.types import positive_float, positive_int
 
 __all__ = ["add_arguments", "main", "dense_lie_self_attention", "run_config"]
 
@@ -392,7 +392,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", type=positive_int, nargs="*", default=[64, 128, 256, 512, 1024, 2048, 4096],
                    help="points per cloud N")
     p.add_argument("--lifts", type=positive_int, nargs="*", default=[1, 4], help="lift samples K (SE2)")
-    p.add_argument("--degree", type=float, default=8.0,
+    p.add_argument("--degree", type=positive_float, default=8.0,
                    help="mean base in-degree (self loop included); the radius is set to give exactly this")
     p.add_argument("--dim", type=positive_int, default=64)
     p.add_argument("--heads", type=positive_int, default=4)
@@ -400,7 +400,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=positive_int, default=3)
     p.add_argument("--threads", type=positive_int, default=1,
                    help="torch threads per run (1 is much faster than 2 on a busy 2-core machine)")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds per implementation's subprocess")
+    p.add_argument("--timeout", type=positive_float, default=1800, help="seconds per implementation's subprocess")
     p.add_argument("--skip-sweep", action="store_true")
     p.add_argument("--skip-official", action="store_true")
     p.add_argument("--configs", nargs="*", default=None, metavar="NAME",

@@ -22,7 +22,7 @@ import torch
 
 from pyg_lie import neighbors as nb
 
-from ..cli.types import device_name, nonnegative_int, positive_int
+from ..cli.types import device_name, nonnegative_int, positive_float, positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,13 +30,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="total number of points N (all graphs together)")
     parser.add_argument("--graphs", type=positive_int, default=4, help="graphs per batch")
     parser.add_argument("--repeat", type=positive_int, default=3, help="timed runs per backend (median)")
-    parser.add_argument("--degree", type=float, default=16.0, help="mean neighbours per point")
+    parser.add_argument("--degree", type=positive_float, default=16.0, help="mean neighbours per point")
     parser.add_argument("--dim", type=positive_int, default=3, help="space dimension d")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--backends", nargs="+", default=None,
                         help="backends to run (default: auto, then every backend available on the device)")
-    parser.add_argument("--max-seconds", type=float, default=60.0,
+    parser.add_argument("--max-seconds", type=positive_float, default=60.0,
                         help="skip cdist when one run is extrapolated to take longer")
     parser.add_argument("--kdtree-methods", action="store_true",
                         help="also time the raw scipy cKDTree query methods (CPU)")

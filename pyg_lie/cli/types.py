@@ -2,7 +2,8 @@
 
 ``--epochs 0`` or ``--repeats -1`` stop at parsing (``error: argument --epochs: must be a
 positive integer, got '0'``, exit status 2) instead of failing later or running nothing, and
-so do ``--device gpu`` and ``--device cuda`` on a machine without CUDA.
+so do ``--lr nan``, ``--dt-hours 0``, ``--device gpu`` and ``--device cuda`` on a machine
+without CUDA.
 """
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ import argparse
 
 from .. import _checks
 
-__all__ = ["positive_int", "nonnegative_int", "device_name"]
+__all__ = ["positive_int", "nonnegative_int", "positive_float", "nonnegative_float", "device_name"]
 
 
-def _parse(text: str, check, what: str) -> int:
-    """``check`` (the library's own integer check) on ``int(text)``, as an argparse error."""
+def _parse(text: str, check, what: str, convert=int):
+    """``check`` (the library's own check) on ``convert(text)``, as an argparse error."""
     try:
-        return check("value", int(text))
+        return check("value", convert(text))
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
 
@@ -29,6 +30,16 @@ def positive_int(text: str) -> int:
 def nonnegative_int(text: str) -> int:
     """An integer >= 0."""
     return _parse(text, _checks.nonnegative_int, "an integer >= 0")
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (a learning rate, a radius, a time step)."""
+    return _parse(text, _checks.positive_float, "a finite number > 0", float)
+
+
+def nonnegative_float(text: str) -> float:
+    """A finite number >= 0 (a weight decay, a loss weight)."""
+    return _parse(text, _checks.nonnegative_float, "a finite number >= 0", float)
 
 
 def device_name(text: str) -> str:
@@ -52,3 +63,5 @@ def device_name(text: str) -> str:
 # argparse names the type in its messages by the function's __name__
 positive_int.__name__ = "positive integer"
 nonnegative_int.__name__ = "integer >= 0"
+positive_float.__name__ = "number > 0"
+nonnegative_float.__name__ = "number >= 0"

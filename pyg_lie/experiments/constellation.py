@@ -30,7 +30,7 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from ..cli.types import nonnegative_int, positive_int
+from ..cli.types import nonnegative_float, nonnegative_int, positive_float, positive_int
 
 __all__ = ["add_arguments", "main", "run_demo", "evaluate_accuracy", "invariance_error"]
 
@@ -57,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel-per-head", action="store_true",
                    help="one location MLP per head, as the official code (default: one shared MLP with an "
                         "output per head, a quarter of the work)")
-    p.add_argument("--mlp-ratio", type=float, default=1.0,
+    p.add_argument("--mlp-ratio", type=positive_float, default=1.0,
                    help="hidden width of each block's pointwise MLP / d_v (the official code: 1, "
                         "which gives the paper's ~1.05M parameters at d_v=128, 10 layers)")
     p.add_argument("--radius", type=float, default=None, help="base neighbourhood radius (default: all pairs)")
@@ -71,17 +71,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "attention averages identical values and cannot see the geometry")
     p.add_argument("--epochs", type=positive_int, default=100)
     p.add_argument("--batch-size", type=positive_int, default=32)
-    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--lr", type=nonnegative_float, default=1e-4)
     p.add_argument("--betas", type=float, nargs=2, default=(0.5, 0.9), help="Adam betas (paper: 0.5 0.9)")
     p.add_argument("--schedule", choices=["constant", "cosine"], default="constant",
                    help="learning rate after warm-up: constant (paper) or cosine decay to 0 at --epochs; "
                         "with --time-limit the cosine is fitted to the epochs that fit in the limit")
     p.add_argument("--warmup-epochs", type=nonnegative_int, default=0, help="linear learning-rate warm-up (epochs)")
-    p.add_argument("--grad-clip", type=float, default=None, help="clip the gradient norm to this value")
+    p.add_argument("--grad-clip", type=positive_float, default=None, help="clip the gradient norm to this value")
     p.add_argument("--augment", choices=["none", "T2", "SE2"], default="none",
                    help="random augmentation of every training batch (D_train^T2 / D_train^SE2)")
     p.add_argument("--eval-every", type=positive_int, default=1, help="evaluate every this many epochs")
-    p.add_argument("--time-limit", type=float, default=None,
+    p.add_argument("--time-limit", type=positive_float, default=None,
                    help="stop (with a checkpoint) after this many minutes; continue with --resume")
     p.add_argument("--invariance-lifts", type=positive_int, nargs="*", default=[1, 2, 3, 4, 8, 16],
                    help="lift sample counts of the invariance-error curve")

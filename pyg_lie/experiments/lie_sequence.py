@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from ..cli.types import device_name, nonnegative_int, positive_int
+from ..cli.types import device_name, nonnegative_float, nonnegative_int, positive_int
 
 GROUP_CHOICES = ("SO2", "SE2", "SO3", "SE3", "Aff2", "Aff3")
 SCORE_CHOICES = ("closed_form", "mlp", "vector")
@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=positive_int, default=4000, help="optimiser steps")
     parser.add_argument("--batch-size", type=positive_int, default=256,
                         help="sequences per step (256 with lr 5e-3 halves G's SE(2)/SO(3) error vs 128 / 3e-3)")
-    parser.add_argument("--lr", type=float, default=5e-3,
+    parser.add_argument("--lr", type=nonnegative_float, default=5e-3,
                         help="peak learning rate of the one-cycle schedule (5%% linear-cosine warmup, cosine decay)")
     parser.add_argument("--train-size", type=positive_int, default=4000)
     parser.add_argument("--test-size", type=positive_int, default=500)
@@ -58,9 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pair heads: bound b of the selection logits b tanh(s / b), raised linearly from "
                              "START to END over the first half of training (soft selection first, so that "
                              "it does not lock onto a wrong pair)")
-    parser.add_argument("--pair-logit-ramp", type=float, default=0.5,
+    parser.add_argument("--pair-logit-ramp", type=nonnegative_float, default=0.5,
                         help="fraction of training over which --pair-logit-bound rises from START to END")
-    parser.add_argument("--aux-weight", type=float, default=1.0,
+    parser.add_argument("--aux-weight", type=nonnegative_float, default=1.0,
                         help="weight of the per-token proposal loss")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda or cuda:N")

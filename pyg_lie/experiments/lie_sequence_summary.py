@@ -20,7 +20,7 @@ import json
 import os
 from types import SimpleNamespace
 
-from ..cli.types import device_name, nonnegative_int, positive_int
+from ..cli.types import device_name, nonnegative_float, nonnegative_int, positive_int
 from . import lie_sequence
 from .lie_sequence import GROUP_CHOICES, MODEL_LETTER, SCORE_CHOICES, aggregate
 
@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = _experiment_defaults()  # one source for the training defaults
     parser.add_argument("--steps", type=positive_int, default=d.steps)
     parser.add_argument("--batch-size", type=positive_int, default=d.batch_size)
-    parser.add_argument("--lr", type=float, default=d.lr)
+    parser.add_argument("--lr", type=nonnegative_float, default=d.lr)
     parser.add_argument("--head", default=d.head, choices=["midpoint", "pair", "token"],
                         help="completion head (see pyg-lie train lie-sequence --help)")
     parser.add_argument("--train-size", type=positive_int, default=d.train_size)

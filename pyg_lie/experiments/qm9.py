@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..cli.types import nonnegative_int, positive_int
+from ..cli.types import nonnegative_float, nonnegative_int, positive_int
 from ..datasets.qm9 import PAPER_MAE, QM9Transform, cormorant_split, pyg_split, write_synthetic_raw
 from ..training import (AMP_DTYPES, DistEnv, add_amp_argument, all_reduce_sum, cleanup, eval_loader, fit,
                         init_distributed, seed_everything, unwrap, wrap_model)
@@ -42,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit-eval", type=positive_int, default=None, help="use only the first N valid/test molecules")
     p.add_argument("--epochs", type=positive_int, default=2, help="paper: 500")
     p.add_argument("--batch-size", type=positive_int, default=75, help="global batch (paper: 75)")
-    p.add_argument("--lr", type=float, default=3e-4, help="paper: 3e-4")
+    p.add_argument("--lr", type=nonnegative_float, default=3e-4, help="paper: 3e-4")
     p.add_argument("--hidden", type=positive_int, default=64, help="d_v (paper: 848)")
     p.add_argument("--layers", type=nonnegative_int, default=2, help="paper: 13 (T3), 30 (SE3)")
     p.add_argument("--heads", type=positive_int, default=4, help="paper: 8")

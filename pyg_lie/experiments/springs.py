@@ -34,7 +34,7 @@ import torch
 from torch import nn
 from torch.utils.data import Subset
 
-from ..cli.types import nonnegative_int, positive_int
+from ..cli.types import nonnegative_float, nonnegative_int, positive_float, positive_int
 from ..datasets.springs import SpringDynamics, spring_hamiltonian
 from ..models.hamiltonian import HamiltonianNODE, PairwiseMLPPotential, rollout_mse
 from ..training import (DistEnv, all_reduce_sum, cleanup, eval_loader, fit, init_distributed, seed_everything,
@@ -60,9 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "nested subsets of one training set, fixed test set")
     p.add_argument("--epochs", type=positive_int, default=None,
                    help="epochs; default round(epoch-scale * sqrt(3000 / n_train)) as in the paper")
-    p.add_argument("--epoch-scale", type=float, default=3.0, help="the paper uses 400")
+    p.add_argument("--epoch-scale", type=positive_float, default=3.0, help="the paper uses 400")
     p.add_argument("--batch-size", type=positive_int, default=100, help="global batch (full batch when n <= it)")
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=nonnegative_float, default=1e-3)
     p.add_argument("--hidden", type=positive_int, default=32, help="d_v (paper: 160, small model 80)")
     p.add_argument("--layers", type=nonnegative_int, default=2, help="attention blocks (paper: 5, small model 3)")
     p.add_argument("--heads", type=positive_int, default=4, help="heads (paper: 8)")
@@ -70,7 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rollout-steps", type=positive_int, default=100)
     p.add_argument("--seed", type=nonnegative_int, default=0, help="model / data-order seed")
     p.add_argument("--data-seed", type=nonnegative_int, default=0, help="data seed (train, val, test use +0, +1, +2)")
-    p.add_argument("--grad-clip", type=float, default=None)
+    p.add_argument("--grad-clip", type=positive_float, default=None)
     p.add_argument("--eval-every", type=positive_int, default=1,
                    help="validate every this many epochs (and at the end)")
     p.add_argument("--double", action="store_true", help="train in float64")

@@ -31,7 +31,7 @@ from typing import Dict, List
 import torch
 from torch import Tensor, nn
 
-from ..cli.types import device_name, nonnegative_int, positive_int
+from ..cli.types import device_name, nonnegative_float, nonnegative_int, positive_float, positive_int
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,10 +39,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nlon", type=positive_int, default=64)
     p.add_argument("--n-train", type=positive_int, default=32, help="training pairs generated at start")
     p.add_argument("--n-val", type=positive_int, default=8, help="validation pairs")
-    p.add_argument("--dt-hours", type=float, default=1.0, help="prediction step in hours")
+    p.add_argument("--dt-hours", type=positive_float, default=1.0, help="prediction step in hours")
     p.add_argument("--epochs", type=positive_int, default=12)
     p.add_argument("--batch-size", type=positive_int, default=8)
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--lr", type=nonnegative_float, default=3e-3)
     p.add_argument("--channels", type=positive_int, default=16)
     p.add_argument("--heads", type=positive_int, default=4)
     p.add_argument("--blocks", type=positive_int, default=2)

@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..cli.types import device_name, nonnegative_int, positive_int
+from ..cli.types import device_name, nonnegative_float, nonnegative_int, positive_float, positive_int
 
 __all__ = ["add_arguments", "main", "load_dataset", "rotate_images", "matched_channels"]
 
@@ -76,11 +76,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attention", default="coupled", choices=["coupled", "irrepwise"])
     p.add_argument("--compare-attention", action="store_true", help="also run Fig. 5 (C4, coupled vs irrepwise)")
     p.add_argument("--mlp-gset", default="regular")
-    p.add_argument("--mlp-ratio", type=float, default=1.0)
+    p.add_argument("--mlp-ratio", type=positive_float, default=1.0)
     p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--evals", type=positive_int, default=10, help="validations per run (early-stopping checkpoints)")
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--weight-decay", type=float, default=0.05)
+    p.add_argument("--lr", type=nonnegative_float, default=3e-3)
+    p.add_argument("--weight-decay", type=nonnegative_float, default=0.05)
     p.add_argument("--break-symmetry", default=None,
                    help="e.g. 'C4@0.5': restrict every model to this subgroup after that fraction of the epochs "
                         "(model.restrict, Theorem 2); models whose group does not contain it keep their group")

@@ -11,7 +11,7 @@ def test_train_vit_cli_synthetic(tmp_path):
     argv = ["train", "vit", "--dataset", "synthetic", "--max-train", "24", "--n-val", "12", "--n-test", "12",
             "--img-size", "8", "--patch-size", "4", "--depth", "1", "--ratios", "0.5,1.0",
             "--groups", "D4,C1", "--channels", "3", "--compare-attention", "--batch-size", "16",
-            "--break-symmetry", "D2@0.5", "--epochs", "2",
+            "--break-symmetry", "D2@0.5", "--epochs", "2", "--no-progress",
             "--out", str(tmp_path)]
     args = build_parser(argv).parse_args(argv)
     from pyg_lie.experiments import vit

@@ -34,6 +34,19 @@ from torch import Tensor, nn
 from ..cli.types import device_name, nonnegative_float, nonnegative_int, positive_float, positive_int
 
 
+BACKENDS = ("pyg-lie", "torch-harmonics")
+
+
+def backend_list(text: str) -> List[str]:
+    """``--backends``: comma-separated names from :data:`BACKENDS`, at least one, each once."""
+    names = [b.strip() for b in text.split(",") if b.strip()]
+    bad = [b for b in names if b not in BACKENDS]
+    if not names or bad or len(set(names)) < len(names):
+        raise argparse.ArgumentTypeError(f"must be one or both of {', '.join(BACKENDS)}, comma separated, "
+                                         f"got {text!r}")
+    return names
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nlat", type=positive_int, default=32)
     p.add_argument("--nlon", type=positive_int, default=64)
@@ -46,11 +59,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--channels", type=positive_int, default=16)
     p.add_argument("--heads", type=positive_int, default=4)
     p.add_argument("--blocks", type=positive_int, default=2)
-    p.add_argument("--backends", default="pyg-lie,torch-harmonics",
+    p.add_argument("--backends", type=backend_list, default=list(BACKENDS),
                    help="comma separated: pyg-lie and/or torch-harmonics")
     p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--threads", type=nonnegative_int, default=0,
+                   help="torch intra-op threads (0: torch's default)")
     p.add_argument("--seed", type=nonnegative_int, default=0)
     p.add_argument("--out", default="runs/swe", help="output folder for maps, curves and summary.json")
+    p.add_argument("--no-progress", action="store_true", help="disable the tqdm bars")
 
 
 # ------------------------------------------------------------------------------ model
@@ -102,7 +118,8 @@ class S2AttentionNet(nn.Module):
 
 
 # ------------------------------------------------------------------------------ data and loss
-def make_data(nlat: int, nlon: int, n_train: int, n_val: int, dt_hours: float, device, seed: int):
+def make_data(nlat: int, nlon: int, n_train: int, n_val: int, dt_hours: float, device, seed: int,
+              progress: bool = True):
     """Generate ``(inputs, targets)`` tensors ``(n, 3, nlat, nlon)`` with torch-harmonics' solver."""
     from tqdm import tqdm
     from torch_harmonics.examples import PdeDataset
@@ -113,7 +130,7 @@ def make_data(nlat: int, nlon: int, n_train: int, n_val: int, dt_hours: float, d
     nsteps = max(1, int(round(dt / dt_solver)))
     ds = PdeDataset(dt=dt, nsteps=nsteps, dims=(nlat, nlon), device=torch.device(device), normalize=True)
     xs, ys = [], []
-    for i in tqdm(range(n_train + n_val), desc="shallow-water samples", leave=False):
+    for i in tqdm(range(n_train + n_val), desc="shallow-water samples", leave=False, disable=not progress):
         x, y = ds[i]
         xs.append(x.float())
         ys.append(y.float())
@@ -157,15 +174,17 @@ def main(args: argparse.Namespace) -> int:
 
     warnings.filterwarnings("ignore", category=UserWarning, module="torch_harmonics")
     device = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
     shape = (args.nlat, args.nlon)
     t0 = time.time()
     (Xtr, Ytr), (Xva, Yva) = make_data(args.nlat, args.nlon, args.n_train, args.n_val, args.dt_hours, device,
-                                       args.seed)
+                                       args.seed, progress=not args.no_progress)
     t_data = time.time() - t0
     print(f"generated {args.n_train} + {args.n_val} shallow-water pairs at {args.nlat}x{args.nlon} in {t_data:.1f} s")
     w = sphere_weights(args.nlat, args.nlon, device)
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    backends = args.backends
 
     torch.manual_seed(args.seed)
     init_state = S2AttentionNet("pyg-lie", shape, args.channels, args.heads, args.blocks).state_dict()
@@ -181,7 +200,7 @@ def main(args: argparse.Namespace) -> int:
     opts = {b: torch.optim.Adam(m.parameters(), lr=args.lr) for b, m in models.items()}
     scheds = {b: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=max(args.epochs, 1)) for b, o in opts.items()}
     gen = torch.Generator().manual_seed(args.seed + 1)
-    bar = tqdm(range(args.epochs), desc="epochs")
+    bar = tqdm(range(args.epochs), desc="epochs", disable=args.no_progress)
     for epoch in bar:
         perm = torch.randperm(Xtr.shape[0], generator=gen)
         for b, m in models.items():
@@ -223,8 +242,7 @@ def main(args: argparse.Namespace) -> int:
             preds[b] = m(x)
     names = ["geopotential height", "vorticity", "divergence"]
     cols = [("input u(t)", x), *[(f"prediction ({b})", p) for b, p in preds.items()], ("target u(t+dt)", y)]
-    if backends:
-        cols.append((f"error ({backends[0]})", preds[backends[0]] - y))
+    cols.append((f"error ({backends[0]})", preds[backends[0]] - y))
     fig, axes = plt.subplots(3, len(cols), figsize=(3.2 * len(cols), 6.5), squeeze=False)
     for r in range(3):
         lim = float(torch.cat([c[1][0, r].flatten() for c in cols[:-1]]).abs().max()) if len(cols) > 1 else 1.0

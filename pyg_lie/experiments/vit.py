@@ -87,6 +87,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--threads", type=nonnegative_int, default=1)
     p.add_argument("--out", default="runs/vit")
+    p.add_argument("--no-progress", action="store_true", help="disable the tqdm bars")
 
 
 # ----------------------------------------------------------------------- data
@@ -272,7 +273,7 @@ def train_one(model, data, ratio: float, seed: int, a, desc: str) -> dict:
     t0 = time.time()
     step = 0
     every = max(1, epochs // a.evals)  # validation (and test at the best validation) ~a.evals times per run
-    bar = tqdm(range(epochs), desc=desc, leave=False, mininterval=5.0)
+    bar = tqdm(range(epochs), desc=desc, leave=False, mininterval=5.0, disable=a.no_progress)
     for ep in bar:
         if brk is not None and ep == brk[0] and _is_proper_subgroup(brk[1], model.group):
             # gradual symmetry breaking (Theorem 2): same function, smaller group, fresh optimizer

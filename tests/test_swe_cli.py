@@ -1,0 +1,39 @@
+"""`pyg-lie train swe` end to end at a tiny size, and its --backends option."""
+import json
+import math
+import os
+
+import pytest
+
+from pyg_lie.cli import build_parser
+
+
+def test_train_swe_cli_tiny(tmp_path):
+    argv = ["train", "swe", "--nlat", "8", "--nlon", "16", "--n-train", "4", "--n-val", "2", "--epochs", "2",
+            "--batch-size", "2", "--channels", "4", "--heads", "2", "--blocks", "1", "--threads", "1",
+            "--no-progress", "--out", str(tmp_path)]
+    args = build_parser(argv).parse_args(argv)
+    from pyg_lie.experiments import swe
+    assert swe.main(args) == 0
+    summary = json.load(open(tmp_path / "summary.json"))
+    hist = summary["history"]
+    assert set(hist) == {"pyg-lie", "torch-harmonics"}
+    for h in hist.values():
+        assert len(h["val"]) == 2 and all(math.isfinite(v) for v in h["train"] + h["val"])
+    # same weights, same batches: the two attention layers train alike up to float rounding
+    assert summary["max_abs_val_loss_difference"] <= 1e-5 * max(hist["pyg-lie"]["val"])
+    assert os.path.exists(tmp_path / "maps.png") and os.path.exists(tmp_path / "learning_curves.png")
+
+
+@pytest.mark.parametrize("value", ["foo", ",", "pyg-lie,pyg-lie", "pyg-lie,bar"])
+def test_bad_backends_are_usage_errors(value, capsys):
+    argv = ["train", "swe", "--backends", value]
+    with pytest.raises(SystemExit) as err:
+        build_parser(argv).parse_args(argv)
+    assert err.value.code == 2
+    assert "argument --backends: must be one or both of pyg-lie, torch-harmonics" in capsys.readouterr().err
+
+
+def test_one_backend_parses_to_a_list():
+    argv = ["train", "swe", "--backends", " torch-harmonics "]
+    assert build_parser(argv).parse_args(argv).backends == ["torch-harmonics"]

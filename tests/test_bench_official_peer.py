@@ -121,3 +121,17 @@ def test_bench_cli_rejects_a_wrong_official_source(tmp_path):
     args = p.parse_args(["--skip-sweep", "--official-src", str(tmp_path), "--out", str(tmp_path / "out")])
     with pytest.raises(SystemExit, match="--official-src"):
         main(args)
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--skip-official", "--configs", "T2 32x32 d128 L4 all"], "--configs select.*drop one or the other"),
+    (["--skip-official", "--compile", "--shared-kernel"], "--compile, --shared-kernel select"),
+    (["--skip-official", "--skip-sweep"], "nothing to run"),
+])
+def test_bench_cli_rejects_options_that_would_be_ignored(tmp_path, argv, match):
+    from pyg_lie.benchmarks.lie_self_attention import add_arguments, main
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    with pytest.raises(SystemExit, match=match):
+        main(p.parse_args(argv + ["--out", str(tmp_path / "out")]))
+    assert not (tmp_path / "out").exists()

@@ -39,6 +39,27 @@ def test_bad_numbers_are_usage_errors(command, option, value, what, capsys):
     assert f"argument {option}: must be {what}, got '{value}'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command, option, value, what", [
+    (["train", "lie-sequence"], "--step-std", "foo", "expects BLOCK=STD"),
+    (["train", "lie-sequence"], "--step-std", "rotation=-1", "expects BLOCK=STD"),
+    (["train", "vit"], "--ratios", "0,1", "must be comma-separated fractions in (0, 1]"),
+    (["train", "vit"], "--ratios", "0.5,2", "must be comma-separated fractions in (0, 1]"),
+], ids=lambda v: v if isinstance(v, str) else " ".join(v))
+def test_bad_lists_are_usage_errors(command, option, value, what, capsys):
+    argv = command + [option, value]
+    with pytest.raises(SystemExit) as err:
+        build_parser(argv).parse_args(argv)
+    assert err.value.code == 2
+    assert f"argument {option}: {what}" in capsys.readouterr().err
+
+
+def test_lists_parse_to_values():
+    argv = ["train", "lie-sequence", "--step-std", "translation=0.5", "rotation=0"]
+    assert build_parser(argv).parse_args(argv).step_std == [("translation", 0.5), ("rotation", 0.0)]
+    argv = ["train", "vit", "--ratios", "0.1,0.4,1"]
+    assert build_parser(argv).parse_args(argv).ratios == [0.1, 0.4, 1.0]
+
+
 def test_device_type(monkeypatch):
     import torch
     assert device_name("cpu") == "cpu"

@@ -444,6 +444,15 @@ def _official_configs(threads: int, repeats: int) -> List[Dict]:
 
 def main(args) -> int:
     from tqdm import tqdm
+    official_options = [name for name, given in (
+        ("--configs", args.configs is not None), ("--compile", args.compile), ("--amp", args.amp),
+        ("--shared-kernel", args.shared_kernel), ("--torch-kernels", args.torch_kernels),
+        ("--dense-model", args.dense_model), ("--official-src", args.official_src is not None)) if given]
+    if args.skip_official and official_options:
+        raise SystemExit(f"{', '.join(official_options)} select(s) what runs on the official configurations, "
+                         "which --skip-official skips; drop one or the other")
+    if args.skip_official and args.skip_sweep:
+        raise SystemExit("--skip-sweep and --skip-official leave nothing to run; drop one")
     os.makedirs(args.out, exist_ok=True)
     results = []
     jobs = []

@@ -22,6 +22,7 @@ import copy
 import json
 import os
 import time
+from typing import Tuple
 
 import torch
 
@@ -30,6 +31,19 @@ from ..cli.types import device_name, nonnegative_float, nonnegative_int, positiv
 GROUP_CHOICES = ("SO2", "SE2", "SO3", "SE3", "Aff2", "Aff3")
 SCORE_CHOICES = ("closed_form", "mlp", "vector")
 MODEL_LETTER = {"closed_form": "G", "mlp": "C", "vector": "A"}
+
+
+def block_std(text: str) -> Tuple[str, float]:
+    """``--step-std`` item ``BLOCK=STD`` as ``(block, std)``; the data set checks the names."""
+    name, sep, val = text.partition("=")
+    try:
+        std = nonnegative_float(val) if sep and name else None
+    except argparse.ArgumentTypeError:
+        std = None
+    if std is None:
+        raise argparse.ArgumentTypeError(f"expects BLOCK=STD with STD a finite number >= 0, such as "
+                                         f"translation=0.5, got {text!r}")
+    return name, std
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train-size", type=positive_int, default=4000)
     parser.add_argument("--test-size", type=positive_int, default=500)
     parser.add_argument("--length", type=positive_int, default=8)
-    parser.add_argument("--step-std", nargs="+", default=[], metavar="BLOCK=STD",
+    parser.add_argument("--step-std", type=block_std, nargs="+", default=[], metavar="BLOCK=STD",
                         help="per-block std of the step xi, e.g. translation=0.5 (data set defaults otherwise)")
     parser.add_argument("--hidden", type=positive_int, default=32)
     parser.add_argument("--layers", type=nonnegative_int, default=3)
@@ -104,19 +118,6 @@ def step_norms(data) -> torch.Tensor:
     return data.xi.norm(dim=-1).double()
 
 
-def _parse_step_std(items) -> dict:
-    out = {}
-    for it in items:
-        name, sep, val = it.partition("=")
-        try:
-            out[name] = float(val)
-        except ValueError:
-            sep = ""
-        if not sep:
-            raise SystemExit(f"--step-std expects BLOCK=STD such as translation=0.5, got {it!r}")
-    return out
-
-
 def run_one(group: str, score: str, seed: int, args, progress: bool = True) -> dict:
     """Train and evaluate one model; returns a dict of metrics."""
     from tqdm import tqdm
@@ -126,7 +127,7 @@ def run_one(group: str, score: str, seed: int, args, progress: bool = True) -> d
 
     dtype = getattr(torch, args.dtype)
     dev = torch.device(args.device)
-    step_std = _parse_step_std(getattr(args, "step_std", []))
+    step_std = dict(getattr(args, "step_std", []))
     train = LieSequenceCompletion(group, args.train_size, length=args.length, seed=10_000 + seed,
                                   step_std=step_std).batch_all()
     test = LieSequenceCompletion(group, args.test_size, length=args.length, seed=20_000 + seed,

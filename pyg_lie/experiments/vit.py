@@ -34,7 +34,7 @@ import json
 import math
 import os
 import time
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
 import torch
@@ -50,13 +50,26 @@ HEX = ("D6", "C6", "D3", "C1")
 FMNIST_DIRS = ("/usr/share/datasets/fashion-mnist",)
 
 
+def fraction_list(text: str) -> List[float]:
+    """``--ratios``: comma-separated fractions of the training set, each in (0, 1]."""
+    try:
+        out = [float(r) for r in text.split(",")]
+    except ValueError:
+        out = []
+    if not out or not all(0.0 < r <= 1.0 for r in out):
+        raise argparse.ArgumentTypeError(f"must be comma-separated fractions in (0, 1] such as 0.1,1.0, "
+                                         f"got {text!r}")
+    return out
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", default="auto", choices=["auto", "fashion-mnist", "patternnet", "synthetic"])
     p.add_argument("--data-dir", default=None, help="folder with the data set files")
     p.add_argument("--grid", default="square", choices=["square", "hex", "both"])
     p.add_argument("--groups", default=None, help="comma list (default: D4,C1 square / D6,C1 hex; "
                    "'all' for D4,C4,D2,C1 / D6,C6,D3,C1)")
-    p.add_argument("--ratios", default="0.1,1.0", help="comma list of training-set fractions")
+    p.add_argument("--ratios", type=fraction_list, default=[0.1, 1.0],
+                   help="comma list of training-set fractions in (0, 1]")
     p.add_argument("--seeds", type=positive_int, default=1)
     p.add_argument("--epochs", type=positive_int, default=10,
                    help="epochs at ratio 1; ratio r trains epochs/r (<= 10x)")
@@ -379,7 +392,7 @@ def main(a) -> int:
     xtr, ytr, xv, yv, xte, yte, nc, dname = load_dataset(a)
     data = (xtr, ytr, xv, yv, xte, yte)
     in_ch = xtr.shape[1]
-    ratios = [float(r) for r in a.ratios.split(",")]
+    ratios = a.ratios
     print(f"data: {dname}, train {len(xtr)}, val {len(xv)}, test {len(xte)}, {nc} classes, "
           f"{a.img_size}x{a.img_size}x{in_ch}, random rotations")
     grids = ["square", "hex"] if a.grid == "both" else [a.grid]

@@ -34,10 +34,11 @@ import warnings
 import torch
 
 from ..cli.types import device_name, nonnegative_int, positive_int
+from ..groups import GROUPS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--groups", nargs="+", default=["SE2", "SO3", "Aff2"])
+    parser.add_argument("--groups", nargs="+", choices=list(GROUPS), default=["SE2", "SO3", "Aff2"])
     parser.add_argument("--sizes", type=positive_int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--k", type=positive_int, default=16, help="neighbours of the sparse graph")
     parser.add_argument("--max-complete", type=positive_int, default=1024,
@@ -49,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=nonnegative_int, default=1)
     parser.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    parser.add_argument("--graph-groups", nargs="+", default=["SE3", "SO3"])
+    parser.add_argument("--graph-groups", nargs="+", choices=list(GROUPS), default=["SE3", "SO3"])
     parser.add_argument("--graph-sizes", type=positive_int, nargs="+", default=[1000, 10000, 100000],
                         help="token counts of the graph-construction timing (empty: skip)")
     parser.add_argument("--max-brute", type=positive_int, default=10000,
@@ -89,7 +90,7 @@ def _time_step(model, g, edge_index, repeat: int, device) -> float:
 def main(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ..groups import GROUPS, get_group
+    from ..groups import get_group
     from ..models.lie_algebra_transformer import (LieAlgebraTransformer, VectorTokenTransformer,
                                                   complete_graph, log_knn_graph)
     if args.threads:
@@ -97,10 +98,7 @@ def main(args: argparse.Namespace) -> int:
     dev, dtype = torch.device(args.device), getattr(torch, args.dtype)
     os.makedirs(args.out, exist_ok=True)
     rows = []
-    jobs = [] if args.graph_only else [(gn, n) for gn in args.groups if gn in GROUPS for n in args.sizes]
-    for gn in args.groups:
-        if gn not in GROUPS:
-            print(f"skipping {gn}: not available in pyg_lie.groups")
+    jobs = [] if args.graph_only else [(gn, n) for gn in args.groups for n in args.sizes]
     for gn, n in tqdm(jobs, desc="bench"):
         G = get_group(gn)
         g = random_walk(G, n).to(dev, dtype)
@@ -152,13 +150,10 @@ def _time_build(G, g, k: int, method: str, device) -> tuple[float, torch.Tensor]
 
 def time_graph_construction(args: argparse.Namespace, device, dtype) -> list[dict]:
     """Brute vs embedding kNN graph construction; prints a table, returns its rows."""
-    from ..groups import GROUPS, get_group
+    from ..groups import get_group
 
     rows: list[dict] = []
     for gn in args.graph_groups:
-        if gn not in GROUPS:
-            print(f"skipping {gn}: not available in pyg_lie.groups")
-            continue
         G = get_group(gn)
         last = None  # (N, seconds) of the largest brute-force run
         warm = random_walk(G, 64).to(device, dtype)

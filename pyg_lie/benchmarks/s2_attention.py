@@ -24,15 +24,28 @@ import os
 import statistics
 import time
 import warnings
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import torch
 
 from ..cli.types import nonnegative_int, positive_int
 
 
+def grid_list(text: str) -> List[Tuple[int, int]]:
+    """``--sizes``: comma-separated ``NLATxNLON`` grids, both sides at least 2."""
+    try:
+        out = [tuple(int(v) for v in item.lower().split("x")) for item in text.split(",")]
+    except ValueError:
+        out = []
+    if not out or not all(len(g) == 2 and min(g) >= 2 for g in out):
+        raise argparse.ArgumentTypeError(f"must be comma-separated NLATxNLON grids with both sides >= 2, "
+                                         f"such as 32x64,64x128, got {text!r}")
+    return out
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sizes", default="32x64,64x128", help="comma separated NLATxNLON grids")
+    parser.add_argument("--sizes", type=grid_list, default=[(32, 64), (64, 128)],
+                        help="comma separated NLATxNLON grids, e.g. 32x64,64x128")
     parser.add_argument("--grid", default="equiangular",
                         choices=["equiangular", "legendre-gauss", "lobatto", "equiangular-trapezoidal"])
     parser.add_argument("--channels", type=positive_int, default=32)
@@ -63,7 +76,7 @@ def main(args: argparse.Namespace) -> int:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    sizes = [tuple(int(v) for v in s.lower().split("x")) for s in args.sizes.split(",") if s]
+    sizes = args.sizes
     rows: List[Dict[str, object]] = []
     print(f"S^2 neighbourhood attention, grid={args.grid}, C={args.channels}, heads={args.heads}, "
           f"batch={args.batch}, threads={torch.get_num_threads()}, repeat={args.repeat} (min over repeats)")

@@ -24,33 +24,27 @@ def test_number_types():
             f(bad)
 
 
-@pytest.mark.parametrize("command, option, value, what", [
-    (["train", "swe"], "--dt-hours", "0", "a finite number > 0"),
-    (["train", "vit"], "--lr", "nan", "a finite number >= 0"),
-    (["train", "springs"], "--grad-clip", "-1", "a finite number > 0"),
-    (["train", "constellation"], "--time-limit", "inf", "a finite number > 0"),
-    (["bench", "neighbors"], "--degree", "0", "a finite number > 0"),
-], ids=lambda v: v if isinstance(v, str) else " ".join(v))
-def test_bad_numbers_are_usage_errors(command, option, value, what, capsys):
-    argv = command + [option, value]
-    with pytest.raises(SystemExit) as err:
-        build_parser(argv).parse_args(argv)
-    assert err.value.code == 2
-    assert f"argument {option}: must be {what}, got '{value}'" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("command, option, value, what", [
+@pytest.mark.parametrize("command, option, value, message", [
+    (["train", "swe"], "--dt-hours", "0", "must be a finite number > 0, got '0'"),
+    (["train", "vit"], "--lr", "nan", "must be a finite number >= 0, got 'nan'"),
+    (["train", "springs"], "--grad-clip", "-1", "must be a finite number > 0, got '-1'"),
+    (["train", "constellation"], "--time-limit", "inf", "must be a finite number > 0, got 'inf'"),
+    (["bench", "neighbors"], "--degree", "0", "must be a finite number > 0, got '0'"),
     (["train", "lie-sequence"], "--step-std", "foo", "expects BLOCK=STD"),
     (["train", "lie-sequence"], "--step-std", "rotation=-1", "expects BLOCK=STD"),
     (["train", "vit"], "--ratios", "0,1", "must be comma-separated fractions in (0, 1]"),
     (["train", "vit"], "--ratios", "0.5,2", "must be comma-separated fractions in (0, 1]"),
+    *[(["train", "swe"], "--backends", v, "must be one or both of pyg-lie, torch-harmonics")
+      for v in ("foo", ",", "pyg-lie,pyg-lie", "pyg-lie,bar")],
+    *[(["bench", "s2-attention"], "--sizes", v, "must be comma-separated NLATxNLON grids")
+      for v in ("8x", "0x16", "8x16,4", "8x16x2", "axb")],
 ], ids=lambda v: v if isinstance(v, str) else " ".join(v))
-def test_bad_lists_are_usage_errors(command, option, value, what, capsys):
+def test_bad_values_are_usage_errors(command, option, value, message, capsys):
     argv = command + [option, value]
     with pytest.raises(SystemExit) as err:
         build_parser(argv).parse_args(argv)
     assert err.value.code == 2
-    assert f"argument {option}: {what}" in capsys.readouterr().err
+    assert f"argument {option}: {message}" in capsys.readouterr().err
 
 
 def test_lists_parse_to_values():

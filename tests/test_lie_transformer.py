@@ -166,10 +166,11 @@ def test_model_state_dict_roundtrip_and_train_mode():
     assert "LieTransformer(SE2, 2, 16, 3" in repr(model)
 
 
-@pytest.mark.parametrize("bad", ["dim", "len", "nan", "t2_lifts", "channels", "int_x", "dtype"])
+@pytest.mark.parametrize("bad", ["dim", "len", "nan", "t2_lifts", "channels", "int_x", "dtype", "negative_batch"])
 def test_model_bad_input(bad):
     messages = {"int_x": "x must be a floating-point tensor, got torch.int64; use x.float()",
-                "dtype": "x is torch.float32 but the model's parameters are torch.float64"}
+                "dtype": "x is torch.float32 but the model's parameters are torch.float64",
+                "negative_batch": "batch must hold graph ids >= 0, got -1"}
     with pytest.raises(ValueError, match=re.escape(messages.get(bad, ""))):
         if bad == "t2_lifts":
             model_for("T2", K=4)
@@ -187,6 +188,8 @@ def test_model_bad_input(bad):
             model(torch.ones(5, 2, dtype=torch.long), pos)
         elif bad == "dtype":
             model(x.float(), pos)
+        elif bad == "negative_batch":
+            model(x, pos, torch.tensor([-1, 0, 0, 1, 1]))
         else:
             model(torch.randn(5, 3, dtype=torch.float64), pos)
 

@@ -58,7 +58,8 @@ def check_point_cloud(group: LieGroup, x: Optional[Tensor], pos: Tensor,
 
     Raises:
         ValueError: wrong shapes, lengths that disagree, integer ``x`` or ``pos``, a
-            dimension ``n`` the group does not act on, or non-finite positions.
+            dimension ``n`` the group does not act on, non-finite positions, or negative
+            graph ids.
     """
     if not isinstance(pos, Tensor) or pos.dim() != 2:
         raise ValueError(f"pos must be a tensor of shape (N, {group.space_dim}), got "
@@ -84,6 +85,8 @@ def check_point_cloud(group: LieGroup, x: Optional[Tensor], pos: Tensor,
                              f"{tuple(batch.shape) if isinstance(batch, Tensor) else type(batch).__name__}")
         if batch.is_floating_point() or batch.dtype == torch.bool:
             raise ValueError(f"batch must hold integer graph ids, got {batch.dtype}; use batch.long()")
+        if not _is_compiling() and batch.numel() and int(batch.min()) < 0:
+            raise ValueError(f"batch must hold graph ids >= 0, got {int(batch.min())}")
     if not _is_compiling() and not bool(torch.isfinite(pos).all()):
         raise ValueError("pos contains non-finite entries (NaN or inf); remove or fix those points")
 

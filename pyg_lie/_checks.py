@@ -86,6 +86,18 @@ def edge_index(value: Any) -> None:
         raise ValueError(f"edge_index must hold integer node indices, got {value.dtype}; use edge_index.long()")
 
 
+def batch_vector(batch: Any, num_nodes: int, per: str = "node") -> None:
+    """``batch`` must hold one graph id ``>= 0`` per node, as integers: ``(num_nodes,)``. The
+    sign check reads the tensor (a device sync), so it is left out under ``torch.compile``."""
+    if not isinstance(batch, Tensor) or batch.dim() != 1 or batch.numel() != num_nodes:
+        got = tuple(batch.shape) if isinstance(batch, Tensor) else type(batch).__name__
+        raise ValueError(f"batch must be a 1-D tensor with one graph id per {per} ({num_nodes}), got {got}")
+    if batch.is_floating_point() or batch.is_complex() or batch.dtype == torch.bool:
+        raise ValueError(f"batch must hold integer graph ids, got {batch.dtype}; use batch.long()")
+    if num_nodes and not torch.compiler.is_compiling() and int(batch.min()) < 0:
+        raise ValueError(f"batch must hold graph ids >= 0, got {int(batch.min())}")
+
+
 def group_elements(group: Any, g: Any, num_nodes: int) -> None:
     """``g`` must hold one matrix of ``group`` per node: ``(num_nodes, m, m)``."""
     m = group.matrix_size

@@ -27,6 +27,10 @@ def test_size_keeps_empty_trailing_graphs_and_bad_input():
     assert out.shape == (3, 2) and torch.equal(out[2], torch.zeros(2))
     with pytest.raises(ValueError, match="batch must be a 1-D tensor with one graph id per row of x"):
         GroupPool()(x, torch.tensor([0, 0, 1]))
+    with pytest.raises(ValueError, match="batch must hold graph ids >= 0, got -1"):
+        GroupPool()(x, torch.tensor([-1, 0, 1, 1]))
+    with pytest.raises(ValueError, match="batch must hold integer graph ids, got torch.float32"):
+        GroupPool()(x, torch.tensor([0.0, 0.0, 1.0, 1.0]))
     with pytest.raises(ValueError, match="reduce"):
         GroupPool("median")
     assert repr(GroupPool("max")) == "GroupPool(reduce='max')"

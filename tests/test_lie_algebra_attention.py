@@ -239,6 +239,10 @@ def test_layer_repr_reset_sequential_and_errors():
         layer(torch.randn(5, 8), ei, g[:4])
     with pytest.raises(ValueError, match="batch must be sorted"):
         complete_graph(torch.tensor([0, 1, 0]))
+    with pytest.raises(ValueError, match="batch must hold graph ids >= 0"):
+        complete_graph(torch.tensor([-1, 0, 0]))
+    with pytest.raises(ValueError, match="batch must hold integer graph ids"):
+        complete_graph(torch.tensor([0.0, 0.0, 1.0]))
 
 
 def test_isolated_node_gets_zero_not_nan():

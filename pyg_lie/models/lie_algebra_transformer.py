@@ -64,6 +64,7 @@ from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.utils import scatter, softmax
 
 from .._batch import num_graphs as count_graphs
+from .. import _checks as checks
 from .._checks import positive_int
 from ..groups import LieGroup, get_group
 from ..groups.base import LogNormEmbedding, _is_compiling
@@ -78,8 +79,7 @@ __all__ = ["LieAlgebraTransformer", "VectorTokenTransformer", "VectorTokenAttent
 
 # ----------------------------------------------------------------- graphs
 def _check_batch(batch: Tensor, N: int) -> Tensor:
-    if batch.shape != (N,):
-        raise ValueError(f"batch must have shape (N,) = ({N},), got {tuple(batch.shape)}")
+    checks.batch_vector(batch, N, "token")
     if N > 1 and not _is_compiling() and bool((batch[1:] < batch[:-1]).any()):
         raise ValueError("batch must be sorted (PyG convention: nodes of a graph are contiguous); "
                          "sort the nodes by batch first")

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import scatter
 
+from .. import _checks as checks
 from .._batch import num_graphs
 
 __all__ = ["GroupPool"]
@@ -34,9 +35,7 @@ class GroupPool(torch.nn.Module):
         if batch is None:
             return x.mean(0, keepdim=True) if self.reduce == "mean" else (
                 x.sum(0, keepdim=True) if self.reduce == "sum" else x.max(0, keepdim=True)[0])
-        if batch.dim() != 1 or batch.numel() != x.size(0):
-            raise ValueError(f"batch must be a 1-D tensor with one graph id per row of x ({x.size(0)}), got "
-                             f"{tuple(batch.shape)}")
+        checks.batch_vector(batch, x.size(0), "row of x")
         if size is None:
             size = num_graphs(batch)
         return scatter(x, batch, dim=0, dim_size=size, reduce=self.reduce)

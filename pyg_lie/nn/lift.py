@@ -80,13 +80,7 @@ def check_point_cloud(group: LieGroup, x: Optional[Tensor], pos: Tensor,
                              f"pos has {pos.size(0)}")
         checks.floating("x", x)
     if batch is not None:
-        if not isinstance(batch, Tensor) or batch.dim() != 1 or batch.numel() != pos.size(0):
-            raise ValueError(f"batch must be a 1-D tensor of length pos.size(0) = {pos.size(0)}, got "
-                             f"{tuple(batch.shape) if isinstance(batch, Tensor) else type(batch).__name__}")
-        if batch.is_floating_point() or batch.dtype == torch.bool:
-            raise ValueError(f"batch must hold integer graph ids, got {batch.dtype}; use batch.long()")
-        if not _is_compiling() and batch.numel() and int(batch.min()) < 0:
-            raise ValueError(f"batch must hold graph ids >= 0, got {int(batch.min())}")
+        checks.batch_vector(batch, pos.size(0), "point")
     if not _is_compiling() and not bool(torch.isfinite(pos).all()):
         raise ValueError("pos contains non-finite entries (NaN or inf); remove or fix those points")
 

@@ -118,6 +118,10 @@ def test_radius_lifted_edges_and_subsample():
     assert set(map(tuple, sub.t().tolist())) <= set(map(tuple, ei.t().tolist()))
     with pytest.raises(ValueError, match="num_lifts must be a positive int, got 0"):
         lifted_edges(pos, batch, 0, radius=0.8)  # used to return no edges at all
+    with pytest.raises(ValueError, match=r"batch must be a 1-D tensor with one graph id per point \(30\)"):
+        lifted_edges(pos, batch[:-1], 2)
+    with pytest.raises(ValueError, match="batch must hold integer graph ids"):
+        lifted_edges(pos, batch.float(), 2)  # all pairs used to group float ids without a word
 
 
 def test_log_threshold_keeps_self_pairs_and_is_invariant():

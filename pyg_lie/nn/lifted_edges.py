@@ -30,7 +30,7 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor
 
-from .._checks import nonnegative_float, optional_length, positive_int
+from .._checks import batch_vector, nonnegative_float, optional_length, positive_int
 from ..groups import LieGroup
 from . import _native
 
@@ -200,6 +200,8 @@ def lifted_edges(pos: Tensor, batch: Optional[Tensor], num_lifts: int, radius: O
     """
     radius = optional_length("radius", radius, "all pairs of each cloud")
     N = pos.size(0)
+    if batch is not None:
+        batch_vector(batch, N, "point")
     num_lifts = positive_int("num_lifts", num_lifts)
     ei = expand_edges(base_graph(pos, batch, radius, loop=loop, backend=backend), N, num_lifts)
     if log_threshold is not None:

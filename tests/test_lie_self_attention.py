@@ -143,9 +143,16 @@ def test_pyg_sequential():
                                  "float_edge_index", "edge_index_rows"])
 def test_bad_arguments(bad):
     G, layer, pos, lifted, ei, inv = setup("SO2", OPTIONS[0], dtype=torch.float32)
-    messages = {"float_edge_index": "edge_index must hold integer node indices, got torch.float32",
+    messages = {"heads": "out_channels (10) must be divisible by heads (4)",
+                "content": "content must be one of ('dot_product', 'linear_concat_linear'), got 'cosine'",
+                "identity_additive": "location='identity' gives a vector k_l, which needs combine='mlp'",
+                "per_head_combine_mlp": "kernel_per_head=True needs location='mlp' and combine 'additive'",
+                "per_head_identity": "kernel_per_head=True needs location='mlp' and combine 'additive'",
+                "per_head_not_bool": "kernel_per_head must be True or False, got 'yes'",
+                "invariants": "invariants must have shape (14, 1) (invariant_dim=1), got None",
+                "float_edge_index": "edge_index must hold integer node indices, got torch.float32",
                 "edge_index_rows": "edge_index must have shape (2, E)", "g_shape": "g must hold one SO2 element"}
-    with pytest.raises(ValueError, match=re.escape(messages.get(bad, ""))):
+    with pytest.raises(ValueError, match=re.escape(messages[bad])):
         if bad == "heads":
             LieSelfAttention(8, 10, "SE2", heads=4)
         elif bad == "content":

@@ -168,10 +168,15 @@ def test_model_state_dict_roundtrip_and_train_mode():
 
 @pytest.mark.parametrize("bad", ["dim", "len", "nan", "t2_lifts", "channels", "int_x", "dtype", "negative_batch"])
 def test_model_bad_input(bad):
-    messages = {"int_x": "x must be a floating-point tensor, got torch.int64; use x.float()",
+    messages = {"dim": "pos has 3 coordinates per point but SE2 acts on R^2",
+                "len": "x and pos must describe the same points: x has 4 rows, pos has 5",
+                "nan": "pos contains non-finite entries (NaN or inf)",
+                "t2_lifts": "T2 has a trivial stabiliser: each point has exactly one lift",
+                "channels": "x must have 2 channels (in_channels), got 3",
+                "int_x": "x must be a floating-point tensor, got torch.int64; use x.float()",
                 "dtype": "x is torch.float32 but the model's parameters are torch.float64",
                 "negative_batch": "batch must hold graph ids >= 0, got -1"}
-    with pytest.raises(ValueError, match=re.escape(messages.get(bad, ""))):
+    with pytest.raises(ValueError, match=re.escape(messages[bad])):
         if bad == "t2_lifts":
             model_for("T2", K=4)
             return

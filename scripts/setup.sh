@@ -39,7 +39,7 @@ PIP="$VENV/bin/python -m pip"
 $PIP install -q --upgrade pip setuptools wheel
 # numpy<2 first: lie_learn (escnn) pins it, and torch-harmonics/e3nn accept it.
 $PIP install -q "torch>=2.14,<2.15" "numpy<2"
-$PIP install -q -e ".[escnn,test,docs]"
+$PIP install -q -e ".[escnn,test,docs,qm9,graphgym]"
 
 if ! "$VENV/bin/python" -c "import torch_cluster" >/dev/null 2>&1; then
     torch_ver=$("$VENV/bin/python" -c "import torch; print(torch.__version__.split('+')[0])")

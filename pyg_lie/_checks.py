@@ -115,3 +115,14 @@ def floating(name: str, value: Tensor, like: Optional[Tensor] = None) -> None:
     if like is not None and value.dtype != like.dtype and not torch.is_autocast_enabled(value.device.type):
         raise ValueError(f"{name} is {value.dtype} but the model's parameters are {like.dtype}; pass "
                          f"{name}.to({like.dtype}) or convert the model (model.to({value.dtype}))")
+
+
+def plain_edge_index(value: Any) -> Any:
+    """``value`` as a plain :class:`torch.Tensor` when it is a tensor subclass such as PyG's
+    ``EdgeIndex`` or ``Index`` (whose ``data_ptr()`` is 0, so no kernel may see them), else
+    ``value`` unchanged for :func:`edge_index` to check."""
+    if isinstance(value, Tensor) and type(value) is not Tensor:
+        as_tensor = getattr(value, "as_tensor", None)
+        return as_tensor() if callable(as_tensor) else value.as_subclass(Tensor).clone(
+            memory_format=torch.contiguous_format).as_subclass(Tensor)
+    return value

@@ -47,6 +47,7 @@ from .._checks import nonnegative_int, positive_int, probability
 from ..groups import LieGroup, get_group
 from ..groups.base import _is_compiling
 from ._edge_mlp import HeadwiseMLP, edge_mlp
+from ._explain import explain_mask, masked_edge_attention
 from ._sparse_ops import CSRStructure, csr_scores, to_edge_order
 from .attention_core import csr_edge_attention, csr_softmax_attention, edge_attention
 
@@ -148,6 +149,7 @@ class LieSelfAttention(MessagePassing):
         if fused not in (True, False, "auto"):
             raise ValueError(f"fused must be True, False or 'auto', got {fused!r}")
         self.fused = fused
+        self._alpha: Optional[Tensor] = None  # the plain path's weights, cleared before forward returns
         H, D = heads, self.head_dim
 
         self.lin_q = Linear(in_channels, H * D, bias=False)
@@ -195,10 +197,13 @@ class LieSelfAttention(MessagePassing):
         ``(E, dim)`` and ``csr`` a :class:`CSRStructure` of ``edge_index``, both
         precomputed once for a stack of layers on the same edges.
         """
+        given = edge_index
+        edge_index = checks.plain_edge_index(edge_index)
         if not _is_compiling():
             self._check(x, edge_index, g, invariants)
-        if self.fused is not False:
-            return self._forward_fused(x, edge_index, g, invariants, return_attention_weights, rel_log, csr)
+        mask = explain_mask(self, edge_index.size(1))
+        if self.fused is not False and mask is None:
+            return self._forward_fused(x, edge_index, g, invariants, return_attention_weights, rel_log, csr, given)
         H, D = self.heads, self.head_dim
         N = x.size(0)
         q = self.lin_q(x).view(N, H, D)
@@ -216,14 +221,14 @@ class LieSelfAttention(MessagePassing):
         else:
             cq = self.lcl_q(q.reshape(N, H * D))
             ck = self.lcl_k(k.reshape(N, H * D))
-        out = self.propagate(edge_index, cq=cq, ck=ck, v=v, loc=loc, size=(N, N))
+        out = self.propagate(edge_index, cq=cq, ck=ck, v=v, loc=loc, edge_mask=mask, size=(N, N))
         out = self.lin_out(out.reshape(N, H * D))
+        alpha, self._alpha = self._alpha, None
         if return_attention_weights:
-            return out, (edge_index, self._alpha)
-        self._alpha = None
+            return out, (given, alpha)
         return out
 
-    def _forward_fused(self, x, edge_index, g, invariants, return_attention_weights, rel_log, csr):
+    def _forward_fused(self, x, edge_index, g, invariants, return_attention_weights, rel_log, csr, given):
         H, D = self.heads, self.head_dim
         N = x.size(0)
         if csr is None:
@@ -257,7 +262,7 @@ class LieSelfAttention(MessagePassing):
             alpha = w.t()
         out = self.lin_out(out)
         if return_attention_weights:
-            return out, (edge_index, to_edge_order(csr, alpha))
+            return out, (given, to_edge_order(csr, alpha))
         return out
 
     def _one_op_attention(self) -> bool:
@@ -275,17 +280,25 @@ class LieSelfAttention(MessagePassing):
             return kc * kl
         return edge_mlp(self.combine_mlp, torch.cat([kc, kl], dim=-1))
 
-    def message(self, cq_i: Tensor, ck_j: Tensor, v_j: Tensor, loc: Tensor, index: Tensor,
-                ptr: Optional[Tensor], size_i: Optional[int]) -> Tensor:
+    def message(self, cq_i: Tensor, ck_j: Tensor, v_j: Tensor, loc: Tensor, edge_mask: Optional[Tensor],
+                index: Tensor, ptr: Optional[Tensor], size_i: Optional[int]) -> Tensor:
         if self.content == "dot_product":
             kc = (cq_i * ck_j).sum(-1) / math.sqrt(self.head_dim)  # (E, H)
         else:
             kc = cq_i + ck_j  # (E, content_dim)
-        w = edge_attention(self._score(kc, loc), index, size_i, normalization=self.normalization, ptr=ptr)  # (E, H)
+        score = self._score(kc, loc)
+        if edge_mask is None:
+            w = edge_attention(score, index, size_i, normalization=self.normalization, ptr=ptr)  # (E, H)
+        else:  # an explainer's mask, before the normalisation
+            w = masked_edge_attention(score, index, size_i, edge_mask, self.normalization)
         self._alpha = w
         if self.training and self.dropout > 0:
             w = torch.nn.functional.dropout(w, p=self.dropout, training=True)
         return w.unsqueeze(-1) * v_j
+
+    def explain_message(self, inputs: Tensor, dim_size: Optional[int]) -> Tensor:
+        # the explainer's edge mask already acted on the scores (see pyg_lie.nn._explain)
+        return inputs
 
     # ------------------------------------------------------------------ checks
     def _check(self, x: Tensor, edge_index: Tensor, g: Tensor, invariants: Optional[Tensor]) -> None:

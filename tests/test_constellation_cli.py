@@ -179,3 +179,24 @@ def test_bad_option_value_is_a_one_line_error(capsys, monkeypatch):
     monkeypatch.setenv(TRACEBACK_ENV, "1")
     with pytest.raises(ValueError, match="radius"):
         main(argv)
+
+
+def test_smoke_writes_a_result_file_and_learns(tmp_path):
+    """The CI version of the experiment: its result file has every field, the loss falls and the
+    accuracy beats the majority count."""
+    from pyg_lie.experiments.results import load_result
+    argv = ["--group", "T2", "--num-train", "96", "--num-test", "48", "--hidden", "16", "--layers", "1",
+            "--heads", "2", "--kernel-dim", "4", "--batch-size", "16", "--lr", "3e-3", "--epochs", "6",
+            "--eval-every", "6", "--features", "pairwise_distances", "--normalization", "softmax",
+            "--invariance-clouds", "8", "--no-progress", "--out", str(tmp_path / "run"),
+            "--results-dir", str(tmp_path / "results"), "--run-name", "smoke"]
+    assert exp.main(_args(argv)) == 0
+    rec = load_result(tmp_path / "results", "constellation", "smoke")
+    m = rec["metrics"]
+    assert rec["experiment"] == "constellation" and rec["seed"] == 0
+    assert rec["command"].startswith("pyg-lie train constellation --group T2")
+    assert rec["paper"] == {"test_acc": 0.75, "test_SE2_acc": 0.63}
+    assert rec["setting"].startswith("scaled down: num-train 96 (paper 10000)")
+    assert m["train_loss_last"] < m["train_loss_first"]
+    assert m["test_acc"] > max(m["majority_baseline"], 1 / 3)
+    assert (tmp_path / "results" / "constellation" / "smoke.learning_curves.png").is_file()

@@ -35,6 +35,17 @@ from ..cli.types import nonnegative_float, nonnegative_int, positive_float, posi
 __all__ = ["add_arguments", "main", "run_demo", "evaluate_accuracy", "invariance_error"]
 
 PAPER = {"T2": {"test": 0.75, "test_SE2": 0.63}, "SE2": {"test": 0.71, "test_SE2": 0.69}}
+#: Table 1 accuracies by (model, training augmentation): D_train, D_train^SE2 (the paper's rows we have)
+PAPER_TABLE1 = {
+    ("T2", "none"): {"test_acc": 0.75, "test_SE2_acc": 0.63},
+    ("T2", "SE2"): {"test_SE2_acc": 0.70},
+    ("SE2", "none"): {"test_acc": 0.71, "test_SE2_acc": 0.69},
+    ("SE2", "SE2"): {"test_SE2_acc": 0.72},
+}
+#: Appendix I.1: the paper's data, model and optimiser
+PAPER_SETTING = {"num_train": 10000, "num_test": 1000, "data": "official", "features": "constant",
+                 "hidden": 128, "layers": 10, "heads": 8, "kernel_dim": 12, "lift_samples": 1,
+                 "lr": 1e-4, "betas": [0.5, 0.9], "batch_size": 32, "schedule": "constant"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -97,6 +108,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "schedule (a warm restart; the architecture arguments must match)")
     p.add_argument("--no-progress", action="store_true", help="disable tqdm bars")
     add_amp_argument(p)
+    from .results import add_result_arguments
+    add_result_arguments(p, "GROUP-DATA-aug-AUGMENT, e.g. SE2-official-aug-none")
 
 
 #: largest cloud per data variant: 2 instances x (3 + 4 + 5 + 4 or 5) corners
@@ -412,6 +425,7 @@ def main(args) -> int:
     res["wall_time_s"] = time.time() - t0
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(res, f, indent=1)
+    _record(args, res, rows, plots)
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(table + "\n")
     print(table)
@@ -419,6 +433,29 @@ def main(args) -> int:
     print("plots: " + ", ".join(plots))
     cleanup(env)
     return 0
+
+
+def _record(args, res: Dict, rows: List[Dict[str, float]], plots: List[str]) -> None:
+    """``results/constellation/<run>.json`` (see :mod:`pyg_lie.experiments.results`)."""
+    from .results import record_run, setting_text
+    metrics = {f"{split}_acc": res[split]["acc"] for split in ("test", "test_T2", "test_SE2")}
+    metrics.update(test_exact=res["test"]["exact"], majority_baseline=res["baseline"], inv_T2=res["inv_T2"],
+                   inv_SE2=res["inv_SE2"], parameters=res["parameters"], epochs=res["epochs_done"])
+    if rows:
+        metrics.update(train_loss_first=rows[0]["train_loss"], train_loss_last=rows[-1]["train_loss"])
+    curve = res.get("invariance_curve")
+    if curve:
+        for K, h in zip(curve["lifts"], curve["haar"]):
+            metrics[f"inv_SE2_haar_K{K}"] = h
+    paper = PAPER_TABLE1.get((args.group, args.augment), {})
+    extra = [f"{res['epochs_done']} epochs (paper: until convergence)"]
+    if args.augment == "T2":
+        extra.append("the paper's D_train^T2 accuracies are not transcribed here")
+    setting = setting_text(vars(args), PAPER_SETTING, extra)
+    name = f"{args.group}-{args.data}-aug-{args.augment}"
+    record_run(args, "constellation", name, ["train", "constellation"], metrics=metrics, paper=paper,
+               setting=setting, wall_time_s=res["wall_time_s"], seed=args.seed, plots=plots,
+               extra={"invariance_curve": curve} if curve else None)
 
 
 def run_demo(out_dir: str) -> None:
@@ -433,5 +470,6 @@ def run_demo(out_dir: str) -> None:
         "--epochs", "40", "--lr", "1e-3", "--schedule", "cosine", "--warmup-epochs", "1",
         "--batch-size", "32", "--eval-every", "4",
         "--invariance-lifts", "1", "2", "4", "8", "--invariance-clouds", "60",
-        "--time-limit", "2.0", "--no-progress", "--out", out_dir])
+        "--time-limit", "2.0", "--no-progress", "--out", out_dir,
+        "--results-dir", os.path.join(out_dir, "results")])
     main(args)

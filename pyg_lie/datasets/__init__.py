@@ -6,6 +6,7 @@ _LAZY = {
     "LieSequenceCompletion": "pyg_lie.datasets.lie_sequence",
     "SpringDynamics": "pyg_lie.datasets.springs",
     "QM9Transform": "pyg_lie.datasets.qm9",
+    "QM9": "pyg_lie.datasets.qm9_real",
 }
 __all__ = list(_LAZY)
 __getattr__ = lazy_getattr(__name__, _LAZY)

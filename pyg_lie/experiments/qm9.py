@@ -128,6 +128,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "2-core CPU; raise it on a large idle machine)")
     p.add_argument("--out", type=str, default="runs/qm9")
     p.add_argument("--resume", type=str, default=None, help="checkpoint to continue from ('auto': OUT/checkpoint.pt)")
+    p.add_argument("--time-budget", type=nonnegative_float, default=None, metavar="MIN",
+                   help="per model: stop training at the first epoch that ends past MIN minutes and test there "
+                        "(the epochs done are recorded)")
     p.add_argument("--stop-after", type=positive_int, default=None,
                    help="stop after this many epochs of this invocation")
     p.add_argument("--no-progress", action="store_true")
@@ -266,14 +269,29 @@ def _train_one(args, env, net: nn.Module, forward, train, valid, test, mean: flo
     if resume == "auto":
         cand = os.path.join(out_dir, "checkpoint.pt")
         resume = cand if os.path.isfile(cand) else None
-    rows = fit(model, opt, sched, train, env, loss_fn, evaluate, epochs=args.epochs,
-               batch_size=min(args.batch_size, len(train) - len(train) % env.world_size), seed=args.seed,
-               out_dir=out_dir, resume=resume, loader_cls=PyGLoader, progress=not args.no_progress,
-               extra={"args": {k: v for k, v in vars(args).items() if not k.startswith("_")}, "mean": mean,
-                      "std": std}, desc=desc, stop_after=args.stop_after,
-               loader_kwargs={"num_workers": args.num_workers}, amp=AMP_DTYPES[args.amp])
-    if rows and rows[-1]["epoch"] + 1 < args.epochs:
-        return None, rows, time.time() - t0
+    kwargs = dict(epochs=args.epochs, batch_size=min(args.batch_size, len(train) - len(train) % env.world_size),
+                  seed=args.seed, out_dir=out_dir, loader_cls=PyGLoader, progress=not args.no_progress,
+                  extra={"args": {k: v for k, v in vars(args).items() if not k.startswith("_")}, "mean": mean,
+                         "std": std}, desc=desc, loader_kwargs={"num_workers": args.num_workers},
+                  amp=AMP_DTYPES[args.amp])
+    budget = getattr(args, "time_budget", None)
+    if budget is None:
+        rows = fit(model, opt, sched, train, env, loss_fn, evaluate, resume=resume, stop_after=args.stop_after,
+                   **kwargs)
+        if rows and rows[-1]["epoch"] + 1 < args.epochs:
+            return None, rows, time.time() - t0
+    else:  # one epoch per call, stop at the first epoch boundary past the budget (checkpointed, resumable)
+        rows = []
+        while True:
+            rows = fit(model, opt, sched, train, env, loss_fn, evaluate, resume=resume, stop_after=1, **kwargs)
+            resume = os.path.join(out_dir, "checkpoint.pt")
+            if not rows or rows[-1]["epoch"] + 1 >= args.epochs:
+                break
+            if time.time() - t0 > 60 * budget:
+                if env.is_main:
+                    print(f"{desc}: time budget of {budget} min reached after {rows[-1]['epoch'] + 1} of "
+                          f"{args.epochs} epochs; testing this model")
+                break
     return mae(model, test), rows, time.time() - t0
 
 
@@ -322,12 +340,14 @@ def main(args: argparse.Namespace) -> int:
             if b_mae is None:
                 return 0
             base = {"test_mae": b_mae, "params": sum(p.numel() for p in bnet.parameters()), "seconds": b_secs,
+                    "epochs_done": b_rows[-1]["epoch"] + 1 if b_rows else 0,
                     "train_loss_first": b_rows[0]["train_loss"] if b_rows else None,
                     "train_loss_last": b_rows[-1]["train_loss"] if b_rows else None}
         paper = {k: v.get(tf.name) for k, v in PAPER_MAE.items()}
         summary = {"target": tf.name, "unit": tf.unit, "group": args.group, "preset": args.preset,
                    "source": args.source, "split": args.split, "split_seed": args.split_seed,
                    "n_train": len(train), "n_valid": len(valid), "n_test": len(test), "epochs": args.epochs,
+                   "epochs_done": rows[-1]["epoch"] + 1 if rows else 0,
                    "params": params, "test_mae": test_mae, "seconds": secs, "paper_test_mae": paper,
                    "world_size": env.world_size, "synthetic": args.synthetic is not None,
                    "train_loss_first": rows[0]["train_loss"] if rows else None,
@@ -352,13 +372,13 @@ def _record(args: argparse.Namespace, summary: Dict, wall: float) -> None:
     from .results import record_run, setting_text
     unit = summary["unit"]
     metrics = {f"test_mae_{unit}": summary["test_mae"], "parameters": summary["params"],
-               "epochs": summary["epochs"], "n_train": summary["n_train"], "n_test": summary["n_test"],
+               "epochs": summary["epochs"], "epochs_done": summary["epochs_done"], "n_train": summary["n_train"], "n_test": summary["n_test"],
                "train_loss_first": summary["train_loss_first"], "train_loss_last": summary["train_loss_last"],
                "seconds": summary["seconds"]}
     base = summary["baseline"]
     if base is not None:
         metrics.update({f"schnet_test_mae_{unit}": base["test_mae"], "schnet_parameters": base["params"],
-                        "schnet_seconds": base["seconds"], "schnet_train_loss_first": base["train_loss_first"],
+                        "schnet_seconds": base["seconds"], "schnet_epochs_done": base["epochs_done"], "schnet_train_loss_first": base["train_loss_first"],
                         "schnet_train_loss_last": base["train_loss_last"]})
     paper_row = "SE3" if args.group == "SE3" else "T3+aug"
     paper = {f"test_mae_{unit}": PAPER_MAE.get(paper_row, {}).get(summary["target"]),
@@ -371,6 +391,10 @@ def _record(args: argparse.Namespace, summary: Dict, wall: float) -> None:
         extra.append(f"validation on {summary['n_valid']} molecules")
     if args.limit_eval is not None:
         extra.append(f"test on {summary['n_test']} molecules")
+    for who, done in (("LieTransformer", summary["epochs_done"]),
+                      ("SchNet", base["epochs_done"] if base is not None else None)):
+        if done is not None and done < summary["epochs"]:
+            extra.append(f"{who} stopped by the time budget after {done} of {summary['epochs']} epochs")
     if args.group == "T3":
         extra.append("the paper's T3 row is trained with SO(3) augmentation, this run without")
     setting = setting_text(vars(args), paper_setting(args.group), extra)

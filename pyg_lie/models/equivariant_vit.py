@@ -9,6 +9,10 @@ The paper's Eq. (3) with a class token (Section 4.5)::
 Every map is ``G``-equivariant, so the logits are ``G``-invariant: on square grids under
 90-degree rotations and flips of the image, on hexagonal grids under the induced
 permutations of the hexagonal pixels.
+
+With ``in_type`` (an escnn ``FieldType``) the model reads escnn ``GeometricTensor`` fields
+(for example the output of an ``R2Conv`` stem) instead of images, and
+``features(..., as_geometric_tensor=True)`` hands the patch tokens back to escnn.
 """
 from __future__ import annotations
 
@@ -70,7 +74,8 @@ class EquivariantViT(nn.Module):
         grid: ``"square"`` or ``"hex"``.
         img_size: side ``S`` of the square input images.
         patch_size: square: ``P`` (``S % P == 0``); hex: ``N2``, points per patch side.
-        in_channels: colour channels ``c``.
+        in_channels: colour channels ``c`` (default 3; with ``in_type``: ``in_type.size``, and
+            a value passed must equal it).
         num_classes: number of logits.
         depth: number of transformer blocks.
         heads: attention heads (per irrep for ``irrepwise``).
@@ -87,19 +92,31 @@ class EquivariantViT(nn.Module):
         irrep_heads: ``{irrep: h_rho}`` for irrep-wise attention.
         field_type: explicit token type ``V`` (overrides ``channels``).
         activation: pointwise nonlinearity (default GELU).
+        in_type: an ``escnn.nn.FieldType`` on the gspace of ``group``
+            (``gspaces.rot2dOnR2(N=n)`` for ``C_n``, ``gspaces.flipRot2dOnR2(N=n)`` for ``D_n``;
+            square grid, groups ``C1, C2, C4, D4``): the model then takes a
+            ``GeometricTensor`` of exactly this type, ``(B, in_type.size, S, S)``, and its
+            patch embedding spans ``Hom_G(C(U, W), V)`` for the fields' representation ``W``.
 
     Shapes:
         ``forward(images)``: ``(B, c, S, S)`` (hex also accepts resampled pixels
-        ``(B, c, num_pixels)``) -> logits ``(B, num_classes)``.
+        ``(B, c, num_pixels)``; with ``in_type`` a ``GeometricTensor``) -> logits
+        ``(B, num_classes)``.
+
+    Raises:
+        TypeError: with ``in_type``, an input that is not an escnn ``GeometricTensor``;
+            without it, a ``GeometricTensor`` (build the model with ``in_type=gt.type``).
+        ValueError: a ``GeometricTensor`` of another type than ``in_type``, an ``in_type``
+            whose group is not ``group``, and the image checks below.
     """
 
     def __init__(self, group: Union[str, FiniteO2Group] = "D4", grid: str = "square", img_size: int = 32,
-                 patch_size: int = 4, in_channels: int = 3, num_classes: int = 10, depth: int = 6, heads: int = 3,
+                 patch_size: int = 4, in_channels: Optional[int] = None, num_classes: int = 10, depth: int = 6, heads: int = 3,
                  channels: int = 3, attention: str = "coupled", mlp_gset: Union[str, Mapping, GSet] = "regular",
                  mlp_ratio: float = 1.0, patches_side: int = 3, attn_radius: Optional[float] = None,
                  attn_dropout: float = 0.0, drop_path: float = 0.0, head_dropout: float = 0.0,
                  irrep_heads: Optional[Mapping[str, int]] = None, field_type: Optional[FieldType] = None,
-                 activation: Optional[Callable] = None, _head_ids=None, _invariant_groups=None):
+                 activation: Optional[Callable] = None, in_type=None, _head_ids=None, _invariant_groups=None):
         super().__init__()
         G = get_group(group) if isinstance(group, str) else group
         if grid not in ("square", "hex", "hexagonal"):
@@ -112,11 +129,30 @@ class EquivariantViT(nn.Module):
         if depth < 0 or channels < 1 or heads < 1:
             raise ValueError("depth must be >= 0, channels and heads >= 1")
         self.group = G
+        self.in_type = in_type
+        pixel_type = None
+        if in_type is not None:
+            from ..interop.escnn import check_gspace, spatial_change_of_basis
+            if grid != "square":
+                raise ValueError("in_type: escnn fields live on square pixel arrays; use grid='square'")
+            if G.name not in ("C1", "C2", "C4", "D4"):
+                raise ValueError(f"in_type: escnn fields on square grids need group C1, C2, C4 or D4, got {G.name} "
+                                 "(escnn's reflection axis is not one of this dihedral group's)")
+            check_gspace(in_type, G)
+            if in_channels is not None and in_channels != in_type.size:
+                raise ValueError(f"in_channels: must equal in_type.size = {in_type.size} (or be left out), "
+                                 f"got {in_channels}")
+            in_channels = in_type.size
+            pixel_type, M = spatial_change_of_basis(in_type, G)
+            self.register_buffer("in_basis", torch.as_tensor(M, dtype=torch.float64), persistent=False)
+        elif in_channels is None:
+            in_channels = 3
+        self.pixel_type = pixel_type
         self.config = dict(group=G.name, grid=grid, img_size=img_size, patch_size=patch_size, in_channels=in_channels,
                            num_classes=num_classes, depth=depth, heads=heads, channels=channels, attention=attention,
                            mlp_gset=mlp_gset, mlp_ratio=mlp_ratio, patches_side=patches_side, attn_radius=attn_radius,
                            attn_dropout=attn_dropout, drop_path=drop_path, head_dropout=head_dropout,
-                           irrep_heads=irrep_heads, activation=activation)
+                           irrep_heads=irrep_heads, activation=activation, in_type=in_type)
         self.grid = make_grid(G, grid, img_size, patch_size, patches_side)
         V = field_type if field_type is not None else FieldType.regular(G, channels)
         self.field_type = V
@@ -129,7 +165,7 @@ class EquivariantViT(nn.Module):
             gset = gset_family(G, mlp_gset, max(1, round(mlp_ratio * channels)))
         self.gset = gset
         self.attn_radius = attn_radius
-        self.patch_embed = EquivariantPatchEmbed(self.grid, in_channels, V)
+        self.patch_embed = EquivariantPatchEmbed(self.grid, in_channels, V, pixel_type=pixel_type)
         self.pos = InvariantPositionalEncoding(self.grid.patch_perms, V)
         Ct = V.blocks[0][1]
         if Ct == 0:
@@ -157,6 +193,7 @@ class EquivariantViT(nn.Module):
         self.head = nn.Linear(self.num_invariants, num_classes)
         self._graphs: dict = {}
         self._csrs: dict = {}
+        self._out_type = None
         self.reset_parameters()
 
     # ------------------------------------------------------------------ utils
@@ -202,13 +239,38 @@ class EquivariantViT(nn.Module):
         n = sq.new_zeros(*cls.shape[:-1], self.num_invariants - vals.shape[-1]).index_add_(-1, self.inv_group, sq)
         return torch.cat([vals, torch.sqrt(n + 1e-12)], -1)
 
-    def tokens(self, images: Tensor) -> Tensor:
+    def tokens(self, images) -> Tensor:
         """Patch tokens after embedding and positional encoding, ``(B, num_patches, V.dim)``."""
+        if self.in_type is not None:
+            return self.pos(self.patch_embed(self._pixels_from_geometric(images)))
         self._check_images(images)
         return self.pos(self.patch_embed(self.grid.to_pixels(images)))
 
+    def _pixels_from_geometric(self, gt) -> Tensor:
+        """A ``GeometricTensor`` of ``in_type`` to flat pixels ``(B, W.dim, S*S)`` in our
+        frame and irreps basis."""
+        from escnn.nn import GeometricTensor
+        if not isinstance(gt, GeometricTensor):
+            raise TypeError(f"images: this model was built with in_type={self.in_type} and takes an "
+                            f"escnn GeometricTensor of that type, got {type(gt).__name__}")
+        if gt.type != self.in_type:
+            raise ValueError(f"images: expected a GeometricTensor of type in_type={self.in_type}, got one of "
+                             f"type {gt.type}")
+        t = gt.tensor
+        S = self.grid.img_size
+        if t.dim() != 4 or t.shape[-2:] != (S, S):
+            raise ValueError(f"images: expected a GeometricTensor of shape (B, {self.in_type.size}, {S}, {S}), "
+                             f"got {tuple(t.shape)}")
+        if t.size(0) == 0:
+            raise ValueError("images holds no image (batch size 0)")
+        checks.floating("images", t, like=self.cls_token)
+        return torch.einsum("oc,bcp->bop", self.in_basis.to(t.dtype), t.flatten(-2))
+
     def _check_images(self, images: Tensor) -> None:
         C = self.patch_embed.in_channels
+        if type(images).__name__ == "GeometricTensor":
+            raise TypeError("images: got an escnn GeometricTensor, but this model takes image tensors; build it "
+                            "with EquivariantViT(..., in_type=gt.type) to read escnn fields")
         if not isinstance(images, Tensor) or images.dim() < 3:  # the grid checks the rest of the shape
             got = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
             raise ValueError(f"images must have shape (B, {C}, ...) (the grid's pixel layout), got {got}")
@@ -218,9 +280,18 @@ class EquivariantViT(nn.Module):
             raise ValueError("images holds no image (batch size 0)")
         checks.floating("images", images, like=self.cls_token)
 
-    def features(self, images: Tensor, return_all: bool = False):
+    def features(self, images, return_all: bool = False, as_geometric_tensor: bool = False):
         """Backbone: tokens ``(B, num_patches + 1, V.dim)`` after the last block (class
-        token first); with ``return_all`` the list after embedding and every block."""
+        token first); with ``return_all`` the list after embedding and every block.
+
+        With ``as_geometric_tensor=True`` (square grids) the patch tokens, class token
+        apart, as an escnn ``GeometricTensor`` of type :attr:`out_type` and shape
+        ``(B, out_type.size, S/P, S/P)``, one field per patch in the image's layout, for an
+        escnn head (for example ``escnn.nn.GroupPooling(model.out_type)``); it transforms
+        under ``GeometricTensor.transform(g)`` as the input does.
+        """
+        if as_geometric_tensor and self.grid.kind != "square":
+            raise ValueError("as_geometric_tensor: escnn fields need grid='square'")
         x = self.tokens(images)
         B = x.shape[0]
         V = self.field_type
@@ -233,7 +304,32 @@ class EquivariantViT(nn.Module):
         for blk in self.blocks:
             h = blk(h, ei, B, csr=csr)
             out.append(h.view(B, self.num_tokens, -1))
+        if as_geometric_tensor:
+            out = [self._to_geometric(t[:, 1:]) for t in out]
         return out if return_all else out[-1]
+
+    @property
+    def out_type(self):
+        """The escnn ``FieldType`` of ``features(..., as_geometric_tensor=True)``: ``channels``
+        copies of escnn's ``regular_repr`` when the token type is regular (the default), else
+        one irrep field per channel; on the gspace of ``in_type`` (or of ``group``)."""
+        if self._out_type is None:
+            from ..interop.escnn import escnn_gspace, spatial_change_of_basis, to_escnn_type
+            V = self.field_type
+            gs = self.in_type.gspace if self.in_type is not None else escnn_gspace(self.group)
+            regular = V == FieldType.regular(self.group, V.mult[self.group.irreps[0].name])
+            ftype = to_escnn_type(V, gs, regular=regular)
+            M = spatial_change_of_basis(ftype, self.group)[1]
+            self._out_type = (ftype, torch.as_tensor(M, dtype=torch.float64))
+        return self._out_type[0]
+
+    def _to_geometric(self, tokens: Tensor):
+        from escnn.nn import GeometricTensor
+        ftype = self.out_type
+        M = self._out_type[1].to(tokens.device, tokens.dtype)
+        q = self.grid.img_size // self.grid.patch_size
+        x = (tokens @ M).transpose(1, 2).reshape(tokens.shape[0], -1, q, q)  # x_escnn = M^T x_ours per token
+        return GeometricTensor(x, ftype)
 
     def forward(self, images: Tensor) -> Tensor:
         x = self.features(images)
@@ -249,6 +345,9 @@ class EquivariantViT(nn.Module):
         ``H``-Schur parametrisation, so the new model is an ordinary ``H``-model that can
         be trained further with the smaller symmetry.
         """
+        if self.in_type is not None:
+            raise ValueError("restrict: a model reading escnn fields (in_type) cannot be restricted; restrict the "
+                             "escnn stem and build an EquivariantViT of the subgroup with its out_type")
         from ..vit.restrict import restrict_model
         return restrict_model(self, subgroup)
 

@@ -24,9 +24,9 @@ _LAZY = {
     "gset_family": "pyg_lie.vit.nonlinearity",
     "EquivariantSelfAttention": "pyg_lie.vit.attention",
     "restriction_matrix": "pyg_lie.vit.restrict",
-    "to_escnn_type": "pyg_lie.vit.escnn_interop",
-    "to_geometric_tensor": "pyg_lie.vit.escnn_interop",
-    "from_geometric_tensor": "pyg_lie.vit.escnn_interop",
+    "to_escnn_type": "pyg_lie.interop.escnn",
+    "to_geometric_tensor": "pyg_lie.interop.escnn",
+    "from_geometric_tensor": "pyg_lie.interop.escnn",
 }
 __all__ = list(_LAZY)
 __getattr__ = lazy_getattr(__name__, _LAZY)

@@ -20,6 +20,11 @@ The patch embedding (Section 4.2.1) is ``Id_H (x) l`` with
 pixels is a homogeneous space) into an orthonormal Fourier basis
 ``E^rho_{alpha j}``, then a Schur linear layer mixes the ``c * nu_rho`` copies of
 each irrep into ``C_rho`` output channels. This spans the full ``Hom_G`` space.
+
+Pixels may also carry features of a field type ``W`` (``pixel_type``, e.g. the regular
+fields an escnn convolution computes): then ``C(U, W) = C(U) (x) W`` is decomposed, one
+irrep ``sigma`` of ``W`` at a time, by an orthonormal change of basis onto irreps of ``G``
+(numerical intertwiners of ``P_U (x) sigma``), followed by the same Schur layer.
 """
 from __future__ import annotations
 
@@ -32,7 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .field_type import FieldType
-from .irreps import FiniteO2Group, GSet, get_group
+from .irreps import FiniteO2Group, GSet, get_group, intertwiners
 from .linear import EquivariantLinear
 
 __all__ = ["SquareGrid", "HexGrid", "make_grid", "EquivariantPatchEmbed", "rot_flip_image"]
@@ -229,6 +234,36 @@ def patch_fourier_basis(grid: _Grid) -> dict[str, np.ndarray]:
     return {k: (np.stack(v) if v else np.zeros((0, G.irrep(k).dim, grid.patch_pixels))) for k, v in out.items()}
 
 
+def pixel_type_basis(grid: _Grid, pixel_type: FieldType) -> tuple[FieldType, np.ndarray]:
+    """``(T, Q)``: the irreps ``T`` of ``C(U, W)`` for pixels of field type ``W`` and the
+    orthogonal ``(T.dim, W.dim * |U|)`` change of basis (columns channel-major: feature
+    ``i`` of pixel ``u`` is column ``i * |U| + u``) with ``rho_T(g) Q = Q (rho_W(g) (x) P_U(g))``."""
+    G = grid.group
+    if pixel_type.group != G:
+        raise ValueError(f"pixel_type: its group {pixel_type.group.name} is not the grid's {G.name}")
+    U = grid.patch_pixels
+    PU = GSet(G, grid.U_perms).perm_matrices(G.generators)
+    rows: dict[str, list] = {r.name: [] for r in G.irreps}
+    for sigma, C, sl in pixel_type.blocks:
+        if C == 0:
+            continue
+        d = sigma.dim
+        pi = np.stack([np.kron(sigma.matrix(*G.elements[g]), P) for g, P in zip(G.generators, PU)])
+        for rho in G.irreps:
+            M = intertwiners(pi, rho, np.stack([rho.matrix(*G.elements[g]) for g in G.generators]))
+            for c in range(C):
+                lo = (sl.start + c * d) * U
+                for a in range(M.shape[0]):
+                    row = np.zeros((rho.dim, pixel_type.dim * U))
+                    row[:, lo: lo + d * U] = M[a].T
+                    rows[rho.name].append(row)
+    T = FieldType(G, {k: len(v) for k, v in rows.items()})
+    Q = np.concatenate([np.concatenate(v, 0) for v in rows.values() if v], 0)
+    if Q.shape != (pixel_type.dim * U, pixel_type.dim * U) or not np.allclose(Q @ Q.T, np.eye(len(Q)), atol=1e-8):
+        raise RuntimeError(f"pixel_type: the decomposition of C(U, {pixel_type}) into irreps is incomplete")
+    return T, Q
+
+
 class EquivariantPatchEmbed(nn.Module):
     """Equivariant patch embedding ``C(H_0, R^c) -> C(H, V)`` (Eq. 7).
 
@@ -237,15 +272,30 @@ class EquivariantPatchEmbed(nn.Module):
         in_channels: ``c`` (3 for RGB).
         out_type: the token field type ``V``.
         bias: bias on the trivial irrep.
+        pixel_type: the field type ``W`` of each pixel's features (default: ``c`` trivial
+            channels); ``in_channels`` must be ``W.dim``. Then the layer spans
+            ``Hom_G(C(U, W), V)`` (see :func:`pixel_type_basis`).
 
     Shapes:
         input flat pixels ``(B, c, num_pixels)``, output ``(B, num_patches, V.dim)``.
     """
 
     def __init__(self, grid: _Grid, in_channels: int, out_type: FieldType, bias: bool = True,
-                 blockwise: bool = True):
+                 blockwise: bool = True, pixel_type: Optional[FieldType] = None):
         super().__init__()
+        if pixel_type is not None:
+            if pixel_type.dim != in_channels:
+                raise ValueError(f"in_channels: must equal pixel_type.dim = {pixel_type.dim}, got {in_channels}")
+            if pixel_type == FieldType.trivial(grid.group, in_channels):
+                pixel_type = None  # plain channels: the orbit-by-orbit path below
         self.grid, self.in_channels, self.out_type, self.blockwise = grid, in_channels, out_type, blockwise
+        self.pixel_type = pixel_type
+        if pixel_type is not None:
+            self.in_type, Q = pixel_type_basis(grid, pixel_type)
+            self.register_buffer("basis", torch.as_tensor(Q, dtype=torch.float64), persistent=False)
+            self.register_buffer("patch_index", torch.as_tensor(grid.patch_index), persistent=False)
+            self.linear = EquivariantLinear(self.in_type, out_type, bias=bias)
+            return
         E = patch_fourier_basis(grid)
         self.nu = {k: v.shape[0] for k, v in E.items()}
         self.in_type = FieldType(grid.group, {k: in_channels * v for k, v in self.nu.items()})
@@ -306,12 +356,16 @@ class EquivariantPatchEmbed(nn.Module):
         if c != self.in_channels:
             raise ValueError(f"pixels: expected {self.in_channels} channels, got {c}")
         patches = pixels[:, :, self.patch_index].transpose(1, 2)  # (B, Np, c, |U|)
+        if self.pixel_type is not None:
+            return self.linear(patches.flatten(-2) @ self.basis.to(patches.dtype).T)
         if self.blockwise:
             return self.linear(self.fourier(patches))
         return F.linear(patches.reshape(B, self.grid.num_patches, -1), self.filters().to(patches.dtype),
                         self.linear.dense_bias())
 
     def macs_per_token(self) -> int:
+        if self.pixel_type is not None:
+            return self.basis.numel() + self.linear.macs_per_token()
         if self.blockwise:
             return self.in_channels * sum(K * m * m for K, m in self._sizes) + self.linear.macs_per_token()
         return self.out_type.dim * self.in_channels * self.grid.patch_pixels

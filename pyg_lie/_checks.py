@@ -126,3 +126,71 @@ def plain_edge_index(value: Any) -> Any:
         return as_tensor() if callable(as_tensor) else value.as_subclass(Tensor).clone(
             memory_format=torch.contiguous_format).as_subclass(Tensor)
     return value
+
+
+def _reads_values(t: Tensor) -> bool:
+    """False where a value check cannot or must not read ``t``: under ``torch.compile``, for
+    meta and fake tensors (tracing, ``torch.export``, ``FakeTensorMode``)."""
+    if torch.compiler.is_compiling() or t.device.type == "meta":
+        return False
+    from torch._subclasses.fake_tensor import is_fake
+
+    return not is_fake(t)
+
+
+def plain_index(name: str, t: Any) -> Tensor:
+    """``t`` as a plain ``torch.Tensor`` of int64: integer tensors of narrower types are widened
+    (keys such as ``dst * N + src`` would overflow in them), and subclasses such as PyG's
+    ``EdgeIndex`` and ``Index`` are copied into a fresh tensor (their ``data_ptr()`` can be 0,
+    and they stay subclasses through ``to()`` / ``contiguous()``). Float, complex and bool
+    tensors raise ``ValueError`` naming ``name``."""
+    if not isinstance(t, Tensor):
+        raise ValueError(f"{name} must be an integer tensor, got {type(t).__name__}")
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer indices, got {t.dtype}; use {name}.long()")
+    if type(t) is not Tensor:
+        return torch.empty(t.shape, dtype=torch.int64, device=t.device).copy_(t)
+    return t if t.dtype == torch.int64 else t.to(torch.int64)
+
+
+def index_range(name: str, t: Tensor, size: int, what: str = "node") -> None:
+    """``ValueError`` naming ``name`` unless every entry of ``t`` lies in ``[0, size)``: one
+    ``aminmax`` (one device sync), left out under ``torch.compile`` and for fake tensors.
+    Negative indices are errors, never counted from the end."""
+    if t.numel() == 0 or not _reads_values(t):
+        return
+    lo, hi = torch.aminmax(t.detach()) if t.dim() else (t, t)
+    lo, hi = int(lo), int(hi)
+    if lo < 0 or hi >= size:
+        bad = lo if lo < 0 else hi
+        raise ValueError(f"{name} holds {what} index {bad}, outside [0, {size}) for {size} {what}s; indices "
+                         f"must be >= 0 and < {size} (negative indices are not counted from the end)")
+
+
+def index_tensor(name: str, t: Any, size: Optional[int] = None, what: str = "node",
+                 validate: bool = True) -> Tensor:
+    """:func:`plain_index` of ``t``, then with ``size`` and ``validate`` the range check of
+    :func:`index_range`. Returns the plain int64 tensor."""
+    t = plain_index(name, t)
+    if size is not None and validate:
+        index_range(name, t, size, what)
+    return t
+
+
+def pointer(name: str, ptr: Any, num_items: int, num_segments: Optional[int] = None,
+            validate: bool = True) -> Tensor:
+    """``ptr`` as a plain int64 CSR pointer: 1-D with ``num_segments + 1`` entries (where
+    given), and with ``validate`` (one pass and one device sync; left out under
+    ``torch.compile`` and for fake tensors) ``ptr[0] = 0``, ``ptr[-1] = num_items``,
+    non-decreasing. ``ValueError`` naming ``name`` otherwise."""
+    ptr = plain_index(name, ptr)
+    want = "" if num_segments is None else f" ({num_segments + 1},)"
+    if ptr.dim() != 1 or ptr.numel() < 1 or (num_segments is not None and ptr.numel() != num_segments + 1):
+        raise ValueError(f"{name} must be a 1-D CSR pointer{want}, got shape {tuple(ptr.shape)}")
+    if validate and _reads_values(ptr):
+        first, last, decreasing = torch.stack([ptr[0], ptr[-1], (ptr[1:] < ptr[:-1]).any().long()]).tolist()
+        if first != 0 or last != num_items:
+            raise ValueError(f"{name} must run from 0 to the number of items ({num_items}), got {first} .. {last}")
+        if decreasing:
+            raise ValueError(f"{name} must be non-decreasing (a CSR pointer of sorted items)")
+    return ptr

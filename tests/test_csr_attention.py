@@ -173,10 +173,11 @@ def test_native_refusals():
     q, k, v, l = _inputs(N, H, D, s.col.numel())
     bad = s.crow.clone()
     bad[3] = bad[4] + 1  # decreasing
-    assert _native.csr_attention(q, k, v, l, bad, s.col) is None
+    with pytest.raises(ValueError, match="row pointer"):
+        _native.csr_attention(q, k, v, l, bad, s.col)
     assert not _native.csr_attention_supported(*_inputs(N, H, 12, s.col.numel()))  # D % 8
     assert not _native.csr_attention_supported(*_inputs(N, H, D, s.col.numel(), dtype=torch.float64))
-    with pytest.raises(RuntimeError, match="row pointer"):
+    with pytest.raises(ValueError, match="row pointer"):
         _CSRSoftmaxAttention.apply(q, k, v, l, CSRStructure(None, s.row, s.col, bad, N))
 
 

@@ -23,6 +23,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from .. import _checks as checks
 from .._gather import select
 from .._sort import argsort_keys
 from ..groups.base import _is_compiling
@@ -93,15 +94,25 @@ class CSRStructure:
     def build(cls, edge_index: Tensor, num_nodes: int, transpose: bool = False) -> "CSRStructure":
         """Sort ``edge_index (2, E)`` by target; ``transpose=True`` also builds the transposed
         pattern that gradients need (unless the structure is complete), so that blocks
-        compiled on their own do not rebuild it on every call."""
-        src, dst = edge_index[0], edge_index[1]
+        compiled on their own do not rebuild it on every call.
+
+        ``edge_index`` may be any integer tensor (it is read as int64; PyG's ``EdgeIndex`` is
+        copied into a plain tensor). ``ValueError`` naming ``edge_index`` if an index lies
+        outside ``[0, num_nodes)``: checked while scanning sorted edges, else by one
+        ``aminmax`` (left out under ``torch.compile``)."""
         compiling = _is_compiling()
+        if not compiling:
+            num_nodes = checks.nonnegative_int("num_nodes", num_nodes)
+        checks.edge_index(edge_index)
+        edge_index = checks.plain_index("edge_index", edge_index)
+        src, dst = edge_index[0], edge_index[1]
         scanned = None
         if not compiling and dst.device.type == "cpu" and _native.available():
-            scanned = _native.csr_scan(src, dst, num_nodes)  # edges already sorted: one pass in C
+            scanned = _native.csr_scan(src, dst, num_nodes)  # edges sorted and in range: one pass in C
         perm = None
         if scanned is None:
-            key = dst * num_nodes + src
+            checks.index_range("edge_index", edge_index, num_nodes)
+            key = dst * num_nodes + src  # int64: no overflow for num_nodes < 2^31
             if compiling or (key.numel() > 1 and bool((key[1:] < key[:-1]).any())):
                 perm = argsort_keys(key)[1]
                 src, dst = src.index_select(0, perm), dst.index_select(0, perm)
@@ -254,11 +265,20 @@ def _needs_transpose(*ts: Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in ts)
 
 
+def _fits(s: CSRStructure, *ts: Tensor) -> None:
+    """``ValueError`` unless the node features ``ts`` have the structure's ``num_nodes`` rows."""
+    for t in ts:
+        if t.shape[0] != s.num_nodes:
+            raise ValueError(f"csr: the CSRStructure was built for {s.num_nodes} nodes but the features have "
+                             f"{t.shape[0]}; pass csr=CSRStructure.build(edge_index, num_nodes) of these edges")
+
+
 def sddmm(s: CSRStructure, A: Tensor, B: Tensor) -> Tensor:
     """``(E,)`` with ``A[dst_e] . B[src_e]`` for ``A, B (N, D)``, or ``(H, E)`` per head for
     ``A, B (N, H, D)`` (sorted edge order)."""
     if A.dim() == 2:
         return sddmm(s, A.unsqueeze(1), B.unsqueeze(1))[0]
+    _fits(s, A, B)
     return _sddmm_op(A, B, *s.parts(_needs_transpose(A, B)))
 
 
@@ -267,6 +287,7 @@ def spmm(s: CSRStructure, w: Tensor, V: Tensor) -> Tensor:
     ``(N, H, Dv)`` per head for ``w (H, E)``, ``V (N, H, Dv)``."""
     if w.dim() == 1:
         return spmm(s, w.unsqueeze(0), V.unsqueeze(1))[:, 0]
+    _fits(s, V)
     return _spmm_op(w, V, *s.parts(_needs_transpose(w, V)))
 
 
@@ -279,6 +300,7 @@ def csr_scores(s: CSRStructure, q: Tensor, k: Tensor) -> Tensor:
     """Dot products ``(H, E)`` (sorted edge order), ``score[h, e] = q[dst_e, h] . k[src_e, h]``
     for ``q, k (N, H, D)``."""
     N, H, D = q.shape
+    _fits(s, q, k)
     if s.complete:
         n = s.degree
         qb, kb = (t.view(N // n, n, H, D).permute(2, 0, 1, 3) for t in (q, k))  # (H, B, n, D)
@@ -290,6 +312,7 @@ def csr_aggregate(s: CSRStructure, w: Tensor, v: Tensor) -> Tensor:
     """``(N, H * Dv)`` with ``out[i, h] = sum_{e -> i} w[h, e] v[src_e, h]`` for weights
     ``w (H, E)`` (contiguous, sorted edge order) and ``v (N, H, Dv)``."""
     N, H, Dv = v.shape
+    _fits(s, v)
     if s.complete:
         n = s.degree
         vb = v.view(N // n, n, H, Dv).permute(2, 0, 1, 3)

@@ -3,8 +3,11 @@
  *   SDDMM  out[h, e] = A[i, h, :] . B[j, h, :]              for every edge e = (j -> i)
  *   SpMM   out[i, h, :] = sum_{e = (j -> i)} w[h, wperm[e]] V[j, h, :]    (wperm NULL: w[h, e])
  *
- * for A, B (N, H, D), V (N, H, Dv) and w, out (H, E) row-major, edges in CSR order (crow (N + 1),
- * col (E), int64). wperm lets the backward passes run SpMM on the transposed pattern with
+ * for A (N, H, D), B (M, H, D), V (M, H, Dv) and w, out (H, E) row-major, edges in CSR order
+ * (crow (N + 1), col (E), int64). Every kernel checks crow (csr_bad_ptr) and, row by row before
+ * reading through them, that the row's sources lie in [0, M) and its wperm entries in [0, E)
+ * (csr_bad_range); it returns CSR_BAD_INDEX (csr.h) if not.
+ * wperm lets the backward passes run SpMM on the transposed pattern with
  * weights stored in the original edge order, without gathering them first. torch's sparse
  * kernels take one head per call and a CSR tensor built for each; here one pass over the rows
  * serves every head, threads (OpenMP, torch's pool) take whole rows, so every output is written
@@ -47,25 +50,38 @@
         return part[0];                                                                                    \
     }                                                                                                      \
                                                                                                            \
-    int csr_sddmm_##S(int64_t N, int64_t H, int64_t D, int64_t E, const T *A, const T *B,                  \
+    int csr_sddmm_##S(int64_t N, int64_t M, int64_t H, int64_t D, int64_t E, const T *A, const T *B,       \
                       const int64_t *crow, const int64_t *col, T *out, int nthreads) {                     \
-        _Pragma("omp parallel for num_threads(nthreads) schedule(dynamic, 16)")                            \
+        if (csr_bad_ptr(N, E, crow)) return CSR_BAD_INDEX;                                                 \
+        int bad = 0;                                                                                       \
+        _Pragma("omp parallel for num_threads(nthreads) schedule(dynamic, 16) reduction(| : bad)")         \
         for (int64_t i = 0; i < N; i++) {                                                                  \
+            if (csr_bad_range(col, crow[i], crow[i + 1], M)) {                                             \
+                bad = 1;                                                                                   \
+                continue;                                                                                  \
+            }                                                                                              \
             const T *a = A + i * H * D;                                                                    \
             for (int64_t e = crow[i]; e < crow[i + 1]; e++) {                                              \
                 const T *b = B + col[e] * H * D;                                                           \
                 for (int64_t h = 0; h < H; h++) out[h * E + e] = dot_##S(a + h * D, b + h * D, D);         \
             }                                                                                              \
         }                                                                                                  \
-        return 0;                                                                                          \
+        return bad ? CSR_BAD_INDEX : 0;                                                                    \
     }                                                                                                      \
                                                                                                            \
-    int csr_spmm_##S(int64_t N, int64_t H, int64_t Dv, int64_t E, const T *w, const T *V,                  \
+    int csr_spmm_##S(int64_t N, int64_t M, int64_t H, int64_t Dv, int64_t E, const T *w, const T *V,       \
                      const int64_t *crow, const int64_t *col, const int64_t *wperm, T *out, int nthreads) {\
-        _Pragma("omp parallel for num_threads(nthreads) schedule(dynamic, 16)")                            \
+        if (csr_bad_ptr(N, E, crow)) return CSR_BAD_INDEX;                                                 \
+        int bad = 0;                                                                                       \
+        _Pragma("omp parallel for num_threads(nthreads) schedule(dynamic, 16) reduction(| : bad)")         \
         for (int64_t i = 0; i < N; i++) {                                                                  \
             T *o = out + i * H * Dv;                                                                       \
             memset(o, 0, H * Dv * sizeof(T));                                                              \
+            if (csr_bad_range(col, crow[i], crow[i + 1], M)                                                \
+                || (wperm && csr_bad_range(wperm, crow[i], crow[i + 1], E))) {                             \
+                bad = 1;                                                                                   \
+                continue;                                                                                  \
+            }                                                                                              \
             for (int64_t e = crow[i]; e < crow[i + 1]; e++) {                                              \
                 const T *v = V + col[e] * H * Dv;                                                          \
                 for (int64_t h = 0; h < H; h++) {                                                          \
@@ -74,7 +90,7 @@
                 }                                                                                          \
             }                                                                                              \
         }                                                                                                  \
-        return 0;                                                                                          \
+        return bad ? CSR_BAD_INDEX : 0;                                                                    \
     }
 
 CSR_KERNELS(float, f32_generic)
@@ -104,17 +120,23 @@ INLINE void sddmm_row(int64_t i, int64_t H, int64_t D, int64_t E, const float *A
     }
 }
 
-int csr_sddmm_f32(int64_t N, int64_t H, int64_t D, int64_t E, const float *A, const float *B, const int64_t *crow,
-                  const int64_t *col, float *out, int nthreads) {
-    if (D % 8) return csr_sddmm_f32_generic(N, H, D, E, A, B, crow, col, out, nthreads);
-#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 16)
+int csr_sddmm_f32(int64_t N, int64_t M, int64_t H, int64_t D, int64_t E, const float *A, const float *B,
+                  const int64_t *crow, const int64_t *col, float *out, int nthreads) {
+    if (D % 8) return csr_sddmm_f32_generic(N, M, H, D, E, A, B, crow, col, out, nthreads);
+    if (csr_bad_ptr(N, E, crow)) return CSR_BAD_INDEX;
+    int bad = 0;
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 16) reduction(| : bad)
     for (int64_t i = 0; i < N; i++) {
+        if (csr_bad_range(col, crow[i], crow[i + 1], M)) {
+            bad = 1;
+            continue;
+        }
         if (D == 16) sddmm_row(i, H, 16, E, A, B, crow, col, out);
         else if (D == 8) sddmm_row(i, H, 8, E, A, B, crow, col, out);
         else if (D == 32) sddmm_row(i, H, 32, E, A, B, crow, col, out);
         else sddmm_row(i, H, D, E, A, B, crow, col, out);
     }
-    return 0;
+    return bad ? CSR_BAD_INDEX : 0;
 }
 
 #define ROW_VECTORS 8 /* output vectors of a row kept in registers at a time */
@@ -148,12 +170,21 @@ INLINE void spmm_row(int64_t i, int64_t H, int64_t Dv, int64_t E, const float *w
     }
 }
 
-int csr_spmm_f32(int64_t N, int64_t H, int64_t Dv, int64_t E, const float *w, const float *V, const int64_t *crow,
-                 const int64_t *col, const int64_t *wperm, float *out, int nthreads) {
-    if (Dv % 8) return csr_spmm_f32_generic(N, H, Dv, E, w, V, crow, col, wperm, out, nthreads);
-#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 16)
-    for (int64_t i = 0; i < N; i++) spmm_row(i, H, Dv, E, w, V, crow, col, wperm, out);
-    return 0;
+int csr_spmm_f32(int64_t N, int64_t M, int64_t H, int64_t Dv, int64_t E, const float *w, const float *V,
+                 const int64_t *crow, const int64_t *col, const int64_t *wperm, float *out, int nthreads) {
+    if (Dv % 8) return csr_spmm_f32_generic(N, M, H, Dv, E, w, V, crow, col, wperm, out, nthreads);
+    if (csr_bad_ptr(N, E, crow)) return CSR_BAD_INDEX;
+    int bad = 0;
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 16) reduction(| : bad)
+    for (int64_t i = 0; i < N; i++) {
+        if (csr_bad_range(col, crow[i], crow[i + 1], M)
+            || (wperm && csr_bad_range(wperm, crow[i], crow[i + 1], E))) {
+            bad = 1;
+            continue;
+        }
+        spmm_row(i, H, Dv, E, w, V, crow, col, wperm, out);
+    }
+    return bad ? CSR_BAD_INDEX : 0;
 }
 
 /* ---------------------------------------------------------------- fused softmax attention
@@ -173,8 +204,8 @@ int csr_spmm_f32(int64_t N, int64_t H, int64_t Dv, int64_t E, const float *w, co
  *   sources j:     gv[j] = sum w g[i],  gk[j] = sum gs q[i]   (transposed pattern: crow_t,
  *                  col_t, and perm_t giving each transposed edge's sorted-edge id)
  *
- * two passes instead of five. Returns 1 for a width that is not a multiple of 8 or a bad
- * pointer (the caller takes the unfused path). */
+ * two passes instead of five. Returns 1 for a width that is not a multiple of 8 (the caller takes
+ * the unfused path), CSR_BAD_INDEX for a bad pointer or an index out of range. */
 
 /* row i of the fused forward; D a constant where inlined for the common widths */
 INLINE void attention_row(int64_t i, int64_t H, int64_t D, int64_t E, const float *q, const float *k,
@@ -194,15 +225,21 @@ INLINE void attention_row(int64_t i, int64_t H, int64_t D, int64_t E, const floa
 
 int csr_attention_f32(int64_t N, int64_t H, int64_t D, int64_t E, const float *q, const float *k, const float *v,
                       const float *l, const int64_t *crow, const int64_t *col, float *w, float *out, int nthreads) {
-    if (D % 8 || csr_bad_ptr(N, E, crow)) return 1;
-#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 16)
+    if (D % 8) return 1;
+    if (csr_bad_ptr(N, E, crow)) return CSR_BAD_INDEX;
+    int bad = 0;
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 16) reduction(| : bad)
     for (int64_t i = 0; i < N; i++) {
+        if (csr_bad_range(col, crow[i], crow[i + 1], N)) {
+            bad = 1;
+            continue;
+        }
         if (D == 16) attention_row(i, H, 16, E, q, k, v, l, crow, col, w, out);
         else if (D == 8) attention_row(i, H, 8, E, q, k, v, l, crow, col, w, out);
         else if (D == 32) attention_row(i, H, 32, E, q, k, v, l, crow, col, w, out);
         else attention_row(i, H, D, E, q, k, v, l, crow, col, w, out);
     }
-    return 0;
+    return bad ? CSR_BAD_INDEX : 0;
 }
 
 /* row i of the backward's first pass */
@@ -226,11 +263,17 @@ int csr_attention_backward_f32(int64_t N, int64_t H, int64_t D, int64_t E, const
                                const int64_t *crow, const int64_t *col, const int64_t *crow_t,
                                const int64_t *col_t, const int64_t *perm_t, float *gq, float *gk, float *gv,
                                float *gs, int nthreads) {
-    if (D % 8 || csr_bad_ptr(N, E, crow) || csr_bad_ptr(N, E, crow_t)) return 1;
-#pragma omp parallel num_threads(nthreads)
+    if (D % 8) return 1;
+    if (csr_bad_ptr(N, E, crow) || csr_bad_ptr(N, E, crow_t)) return CSR_BAD_INDEX;
+    int bad = 0;
+#pragma omp parallel num_threads(nthreads) reduction(| : bad)
     {
 #pragma omp for schedule(dynamic, 16)
         for (int64_t i = 0; i < N; i++) {
+            if (csr_bad_range(col, crow[i], crow[i + 1], N)) {
+                bad = 1;
+                continue;
+            }
             if (D == 16) attention_backward_row(i, H, 16, E, k, v, w, g, gw, crow, col, gs, gq);
             else if (D == 8) attention_backward_row(i, H, 8, E, k, v, w, g, gw, crow, col, gs, gq);
             else if (D == 32) attention_backward_row(i, H, 32, E, k, v, w, g, gw, crow, col, gs, gq);
@@ -239,9 +282,13 @@ int csr_attention_backward_f32(int64_t N, int64_t H, int64_t D, int64_t E, const
         /* the implicit barrier: every gs is written before the sources read them */
 #pragma omp for schedule(dynamic, 16)
         for (int64_t j = 0; j < N; j++) {
+            if (csr_bad_range(col_t, crow_t[j], crow_t[j + 1], N) || csr_bad_range(perm_t, crow_t[j], crow_t[j + 1], E)) {
+                bad = 1;
+                continue;
+            }
             spmm_row(j, H, D, E, w, g, crow_t, col_t, perm_t, gv);
             spmm_row(j, H, D, E, gs, q, crow_t, col_t, perm_t, gk);
         }
     }
-    return 0;
+    return bad ? CSR_BAD_INDEX : 0;
 }

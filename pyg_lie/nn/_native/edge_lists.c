@@ -1,6 +1,6 @@
 /* Edge lists of lifted and complete graphs (pyg_lie.nn.lifted_edges), int64, CPU.
  *
- *   expand_edges_i64(N, K, ptr, col, src, dst, nthreads)
+ *   expand_edges_i64(N, E, K, ptr, col, src, dst, nthreads)
  *
  * for a base graph in CSR order (targets i < N, sources col[ptr[i] .. ptr[i + 1]) in
  * ascending order) writes the K x K lifted edges of every base edge j -> i: lifted target
@@ -8,19 +8,24 @@
  * (target, source) order. Lifted target i K + a's edges start at ptr[i] K^2 + a deg(i) K.
  * One pass that writes each output once (the torch formulation took a dozen passes of
  * index arithmetic over the E K^2 lifted edges: 10.5 ms for 262144 of them on the 2-core dev
- * VM, 2 threads). Threads (OpenMP, torch's pool) take base targets.
+ * VM, 2 threads). Threads (OpenMP, torch's pool) take base targets. Returns CSR_BAD_INDEX (csr.h)
+ * unless ptr is a pointer of the E base edges.
  *
  *   complete_edges_i64(B, start, src, dst, nthreads)
  *
  * writes every ordered pair (j, i) of nodes of the same graph, graph b holding the nodes
  * start[b] .. start[b + 1] - 1, in (target, source) order (self pairs included): graph b's
- * edges start at sum_{c < b} n_c^2. Threads take targets.
+ * edges start at sum_{c < b} n_c^2. Threads take targets. Returns CSR_BAD_INDEX unless start is
+ * non-decreasing.
  * Built and loaded by _native/__init__.py.
  */
 #include <stdint.h>
 
-int expand_edges_i64(int64_t N, int64_t K, const int64_t *ptr, const int64_t *col, int64_t *src, int64_t *dst,
-                     int nthreads) {
+#include "csr.h"
+
+int expand_edges_i64(int64_t N, int64_t E, int64_t K, const int64_t *ptr, const int64_t *col, int64_t *src,
+                     int64_t *dst, int nthreads) {
+    if (K < 1 || csr_bad_ptr(N, E, ptr)) return CSR_BAD_INDEX;
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 16)
     for (int64_t i = 0; i < N; i++) {
         int64_t o = ptr[i] * K * K;
@@ -39,6 +44,8 @@ int expand_edges_i64(int64_t N, int64_t K, const int64_t *ptr, const int64_t *co
 }
 
 int complete_edges_i64(int64_t B, const int64_t *start, int64_t *src, int64_t *dst, int nthreads) {
+    for (int64_t b = 0; b < B; b++)
+        if (start[b + 1] < start[b]) return CSR_BAD_INDEX;
     int64_t offset = 0;
     for (int64_t b = 0; b < B; b++) {
         const int64_t s = start[b], n = start[b + 1] - start[b];

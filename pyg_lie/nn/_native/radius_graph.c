@@ -7,8 +7,10 @@
  * (neighbors._squared_distances) rounds them, so that both give the same edges. Each graph's
  * points go into a grid of cells of side at least r (a cell side of r (1 + 1e-6) keeps points
  * within r in neighbouring cells whatever the rounding of their cell coordinates; the side
- * grows where the grid would exceed 4 n + 16 cells). Each target scans the 3^d cells around
- * its own, and its sources are sorted, so the edges come in (target, source) order.
+ * grows where the grid would exceed 4 n + 16 cells; a graph whose extent overflows a double,
+ * points near +-DBL_MAX, gets a single cell, under the candidate cap below). Each target scans
+ * the 3^d cells around its own, and its sources are sorted, so the edges come in (target,
+ * source) order.
  *
  *   h = radius_graph_build(N, d, pos, B, gptr, r2, r, loop, counts, nthreads)
  *   radius_graph_fill(h, rowptr, src, dst, nthreads)      (frees h)
@@ -23,6 +25,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "csr.h"
 
 /* no fused multiply-adds in this file: the squared distances round as the torch step does */
 #if defined(__clang__)
@@ -58,8 +62,8 @@ static inline double sq_dist(const double *a, const double *b, int d) {
 }
 
 static int64_t coord(double x, double lo, double side, int64_t n) {
-    int64_t c = (int64_t)floor((x - lo) / side);
-    return c < 0 ? 0 : (c >= n ? n - 1 : c);
+    const double c = floor((x - lo) / side); /* NaN where x - lo overflows and side is infinite */
+    return !(c >= 0) ? 0 : (c >= (double)n ? n - 1 : (int64_t)c);
 }
 
 void radius_graph_free(void *h) {
@@ -151,7 +155,7 @@ static void sort_ids(int64_t *a, int64_t n) {
 
 void *radius_graph_build(int64_t N, int d, const double *pos, int64_t B, const int64_t *gptr, double r2, double r,
                          int loop, int64_t *counts, int nthreads) {
-    if (d < 1 || d > 3 || B < 1) return NULL;
+    if (d < 1 || d > 3 || B < 1 || csr_bad_ptr(B, N, gptr)) return NULL;
     grid_t *g = calloc(1, sizeof *g);
     if (!g) return NULL;
     g->N = N, g->B = B, g->d = d, g->loop = loop, g->r2 = r2, g->pos = pos, g->gptr = gptr;
@@ -176,17 +180,21 @@ void *radius_graph_build(int64_t N, int d, const double *pos, int64_t B, const i
             }
         double side = r > 0 ? r * (1.0 + 1e-6) : 1.0;
         const double limit = 4.0 * (double)n + 16.0;
-        for (;;) {
+        int flat = 0; /* an extent that overflows (points near +-DBL_MAX): one cell per axis */
+        for (int k = 0; k < d; k++) flat |= !isfinite(hi[k] - lo[k]);
+        for (int it = 0; !flat; it++) {
             double cells = 1.0;
             for (int k = 0; k < d; k++) cells *= floor((hi[k] - lo[k]) / side) + 1.0;
             if (cells <= limit) break;
             side *= 1.5 * pow(cells / limit, 1.0 / d);
+            flat = it > 64 || !isfinite(side); /* no grid found: the single cell, not a loop without end */
         }
+        if (flat) side = INFINITY;
         g->side[b] = side;
         int64_t c = 1;
         for (int k = 0; k < 3; k++) {
             g->lo[b][k] = lo[k];
-            g->dims[b][k] = k < d ? (int64_t)floor((hi[k] - lo[k]) / side) + 1 : 1;
+            g->dims[b][k] = k < d && !flat ? (int64_t)floor((hi[k] - lo[k]) / side) + 1 : 1;
             c *= g->dims[b][k];
         }
         g->goff[b] = total;

@@ -1,0 +1,128 @@
+"""Backend selection and dispatch counting for the operators of :mod:`pyg_lie.ops`."""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections import Counter
+from typing import Dict, Iterator, Tuple
+
+import torch
+
+__all__ = ["BACKENDS", "set_backend", "get_backend", "backend", "dispatch_counts", "reset_dispatch_counts",
+           "triton_available"]
+
+#: the backends one can select; ``auto`` picks per device (see :func:`set_backend`)
+BACKENDS = ("auto", "composite", "native", "triton")
+
+_ENV = "PYG_LIE_BACKEND"
+_lock = threading.Lock()
+_counts: Counter = Counter()
+
+
+def _checked(name) -> str:
+    if not isinstance(name, str) or name.lower() not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {name!r}")
+    return name.lower()
+
+
+def _from_environment() -> str:
+    value = os.environ.get(_ENV, "auto").strip() or "auto"
+    try:
+        return _checked(value)
+    except ValueError as err:
+        raise ValueError(f"environment variable {_ENV}: {err}") from None
+
+
+_current = _from_environment()
+
+
+def set_backend(name: str) -> None:
+    """Select how the operators of :mod:`pyg_lie.ops` compute:
+
+    * ``"auto"`` (default): on CPU the native C kernels where they take the inputs, else the
+      composite implementation; on CUDA the Triton kernels where they take the inputs, else
+      the composite implementation.
+    * ``"composite"``: the pure-torch reference that defines every operator's semantics.
+    * ``"native"``: the C kernels for CPU tensors where they apply (composite elsewhere).
+    * ``"triton"``: the Triton kernels on every device; CPU tensors run exactly the kernels a
+      GPU runs, under Triton's interpreter (slow: for tests). Inputs a kernel does not take
+      fall back to the composite implementation, as :func:`dispatch_counts` shows.
+
+    The environment variable ``PYG_LIE_BACKEND`` sets the backend at import.
+    """
+    global _current
+    _current = _checked(name)
+
+
+def get_backend() -> str:
+    """The backend selected by :func:`set_backend` (or ``PYG_LIE_BACKEND``)."""
+    return _current
+
+
+@contextlib.contextmanager
+def backend(name: str) -> Iterator[str]:
+    """Context manager: the operators use backend ``name`` inside the ``with`` block."""
+    global _current
+    new, old = _checked(name), _current
+    _current = new
+    try:
+        yield new
+    finally:
+        _current = old
+
+
+def dispatch_counts() -> Dict[Tuple[str, str], int]:
+    """How often each operator ran on each backend since the last :func:`reset_dispatch_counts`:
+    ``{(operator, backend): calls}``, for example ``{("csr_attention", "triton"): 2}``. A
+    backward operator counts under its own name (``"csr_attention_backward"``)."""
+    with _lock:
+        return dict(_counts)
+
+
+def reset_dispatch_counts() -> None:
+    """Set every count of :func:`dispatch_counts` back to zero."""
+    with _lock:
+        _counts.clear()
+
+
+def _count(op: str, name: str) -> None:
+    with _lock:
+        _counts[(op, name)] += 1
+
+
+_triton_ok = None
+
+
+def triton_available() -> bool:
+    """True if Triton imports (it ships with torch's Linux wheels)."""
+    global _triton_ok
+    if _triton_ok is None:
+        try:
+            import triton  # noqa: F401
+            import triton.language  # noqa: F401
+            from triton.runtime.interpreter import InterpretedFunction  # noqa: F401
+            _triton_ok = True
+        except Exception:  # noqa: BLE001 - any import failure means "no Triton"
+            _triton_ok = False
+    return _triton_ok
+
+
+def _native_module():
+    """:mod:`pyg_lie.nn._native`, imported at call time (the layers import this package)."""
+    from ..nn import _native
+    return _native
+
+
+def choose(op: str, device: torch.device, native_ok, triton_ok) -> str:
+    """The backend that runs ``op`` on ``device`` under the current selection, counted.
+    ``native_ok`` / ``triton_ok``: callables saying whether those kernels take the inputs."""
+    sel = _current
+    if sel == "auto":
+        sel = "triton" if device.type == "cuda" else "native"
+    if sel == "native" and not (device.type == "cpu" and native_ok()):
+        sel = "composite"
+    elif sel == "triton" and not (device.type in ("cpu", "cuda") and triton_available() and triton_ok()):
+        sel = "composite"
+    _count(op, sel)
+    return sel

@@ -1,0 +1,117 @@
+"""Input conversion and checks shared by the operators, and the autocast rule."""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_INTS = (torch.int32, torch.int64)
+
+
+def plain(name: str, t, *, optional: bool = False) -> Optional[Tensor]:
+    """``t`` as a plain :class:`torch.Tensor` (subclasses such as PyG's ``EdgeIndex`` are
+    unwrapped without a copy); ``TypeError`` naming ``name`` for anything else."""
+    if t is None:
+        if optional:
+            return None
+        raise TypeError(f"{name} must be a torch.Tensor, got None")
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if type(t) is not Tensor and not isinstance(t, torch.nn.Parameter):
+        t = t.as_subclass(Tensor)
+    return t
+
+
+def float_tensor(name: str, t, dim: int, *, optional: bool = False) -> Optional[Tensor]:
+    t = plain(name, t, optional=optional)
+    if t is None:
+        return None
+    if t.dtype not in _FLOATS:
+        raise TypeError(f"{name} must be a floating tensor (float16, bfloat16, float32 or float64), got {t.dtype}")
+    if t.dim() != dim:
+        raise ValueError(f"{name} must have {dim} dimensions, got shape {tuple(t.shape)}")
+    return t
+
+
+def index_tensor(name: str, t) -> Tensor:
+    t = plain(name, t)
+    if t.dtype not in _INTS:
+        raise TypeError(f"{name} must be an int64 (or int32) index tensor, got {t.dtype}; convert it with .long()")
+    if t.dim() != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
+    return t
+
+
+def same_device(**ts: Optional[Tensor]) -> torch.device:
+    devices = {name: t.device for name, t in ts.items() if t is not None}
+    first = next(iter(devices.values()))
+    for name, d in devices.items():
+        if d != first:
+            raise ValueError(f"all tensors must be on one device: {name} is on {d}, "
+                             f"{next(iter(devices))} on {first}; move them with .to(device)")
+    return first
+
+
+def same_dtype(**ts: Optional[Tensor]) -> torch.dtype:
+    dtypes = {name: t.dtype for name, t in ts.items() if t is not None}
+    first_name, first = next(iter(dtypes.items()))
+    for name, d in dtypes.items():
+        if d != first:
+            raise TypeError(f"{name} has dtype {d} but {first_name} has {first}; cast them to one dtype")
+    return first
+
+
+def check_csr(crow: Tensor, col: Tensor, num_rows: int, num_sources: int) -> None:
+    """Shape checks of a CSR pattern (no device sync); on CPU also its values, so that no
+    kernel reads out of bounds."""
+    if crow.numel() != num_rows + 1:
+        raise ValueError(f"crow must have num_nodes + 1 = {num_rows + 1} entries (one more than q has rows), "
+                         f"got {crow.numel()}")
+    if crow.device.type == "cpu":
+        check_csr_values(crow, col, num_sources)
+
+
+def check_csr_values(crow: Tensor, col: Tensor, num_sources: int) -> None:
+    """Value checks of a CSR pattern (one device sync on GPUs)."""
+    E = col.numel()
+    bad_ptr = crow[0] != 0
+    if crow.numel() > 1:
+        bad_ptr = bad_ptr | (crow[-1] != E) | (crow[1:] < crow[:-1]).any()
+    bad_col = (col < 0).any() | (col >= num_sources).any() if E else torch.zeros((), dtype=torch.bool)
+    if bool(bad_ptr):
+        raise ValueError(f"crow must be a CSR row pointer of the {E} edges: non-decreasing from 0 to {E}")
+    if bool(bad_col):
+        raise ValueError(f"col must hold source indices in [0, {num_sources}) (rows of k and v)")
+
+
+def rows_of(crow: Tensor, num_edges: int) -> Tensor:
+    """The target row of every edge of the CSR pointer ``crow``."""
+    n = crow.numel() - 1
+    deg = crow[1:] - crow[:-1]
+    return torch.repeat_interleave(torch.arange(n, device=crow.device), deg, output_size=num_edges)
+
+
+def transpose_csr(crow: Tensor, col: Tensor, num_sources: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(crow_t, col_t, perm_t)``: the CSR pattern of the transpose (rows = sources), the
+    target of every transposed edge, and the position in ``col`` of every transposed edge
+    (stable: equal sources keep their target order)."""
+    col = col.long()
+    perm_t = torch.sort(col, stable=True).indices
+    col_t = rows_of(crow, col.numel()).index_select(0, perm_t)
+    counts = torch.bincount(col, minlength=num_sources)
+    crow_t = torch.zeros(num_sources + 1, dtype=torch.long, device=col.device)
+    torch.cumsum(counts, 0, out=crow_t[1:])
+    return crow_t, col_t, perm_t
+
+
+def float32_under_autocast(*ops) -> None:
+    """Under ``torch.autocast`` run ``ops`` in float32 (floating inputs other than float64 are
+    cast), as autocast runs its reductions (softmax)."""
+    for op in ops:
+        for device in ("cpu", "cuda"):
+            try:
+                op.register_autocast(device, torch.float32)
+            except (ValueError, RuntimeError):  # a build without that device's autocast
+                pass

@@ -1,0 +1,239 @@
+r"""Edge MLPs: ``Linear`` / ``SiLU`` stacks on per-edge features (``torch.ops.pyg_lie.mlp``).
+
+Two forms, one operator:
+
+* shared (``headwise=False``): ``params = [W_0 (o_0, in), b_0 (o_0), ..., W_L (out, o_{L-1}), b_L (out)]``,
+  ``x (E, in) -> (E, out)``, ``y = W_L silu(... silu(W_0 x + b_0) ...) + b_L``;
+* headwise (``headwise=True``): ``H`` such MLPs with one output each, ``params = [W_0 (H, o_0, in),
+  b_0 (H, o_0), ..., W_L (H, 1, o_{L-1}), b_L (H, 1)]``, ``x (E, in) -> (H, E)`` (heads first, the
+  layout of attention scores).
+
+The backward operator (``torch.ops.pyg_lie.mlp_backward``) gives the gradients of ``x`` and of every
+parameter; a differentiable backward (``create_graph=True``) is the same closed form written in
+torch operations, so second derivatives never re-enter the operators.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from . import _backend
+from ._common import float32_under_autocast, float_tensor, plain, same_device, same_dtype
+
+__all__ = ["mlp", "edge_mlp", "composite_mlp", "composite_mlp_backward"]
+
+
+def _as_heads(params: Sequence[Tensor], headwise: bool) -> List[Tensor]:
+    return list(params) if headwise else [p.unsqueeze(0) for p in params]
+
+
+def _dsilu(z: Tensor) -> Tensor:
+    s = torch.sigmoid(z)
+    return s * (1 + z * (1 - s))
+
+
+def _heads_forward(x: Tensor, P: Sequence[Tensor]):
+    """Pre-activations ``z_i (E, H, o_i)`` of every layer, heads form."""
+    zs = [torch.einsum("ei,hoi->eho", x, P[0]) + P[1]]
+    for i in range(1, len(P) // 2):
+        zs.append(torch.einsum("ehi,hoi->eho", F.silu(zs[-1]), P[2 * i]) + P[2 * i + 1])
+    return zs
+
+
+def composite_mlp(x: Tensor, params: Sequence[Tensor], headwise: bool) -> Tensor:
+    """The reference semantics of :func:`mlp` in differentiable torch operations."""
+    z = _heads_forward(x, _as_heads(params, headwise))[-1]
+    return z[..., 0].t() if headwise else z[:, 0]
+
+
+def composite_mlp_backward(g: Tensor, x: Tensor, params: Sequence[Tensor], headwise: bool,
+                           need_x: bool) -> List[Optional[Tensor]]:
+    """``[gx (None unless need_x), gW_0, gb_0, ...]`` of :func:`mlp` for the output gradient
+    ``g`` (shaped like the output), in closed form with differentiable torch operations."""
+    P = _as_heads(params, headwise)
+    n = len(P) // 2
+    zs = _heads_forward(x, P)
+    gz = g.t().unsqueeze(-1) if headwise else g.unsqueeze(1)  # (E, H, out)
+    grads: List[Optional[Tensor]] = [None] * (2 * n)
+    gx = None
+    for i in reversed(range(n)):
+        if i < n - 1:
+            gz = gz * _dsilu(zs[i])
+        if i:
+            a = F.silu(zs[i - 1])
+            grads[2 * i] = torch.einsum("eho,ehi->hoi", gz, a)
+        else:
+            grads[0] = torch.einsum("eho,ei->hoi", gz, x)
+        grads[2 * i + 1] = gz.sum(0)
+        if i:
+            gz = torch.einsum("eho,hoi->ehi", gz, P[2 * i])
+        elif need_x:
+            gx = torch.einsum("eho,hoi->ei", gz, P[0])
+    if not headwise:
+        grads = [t.squeeze(0) for t in grads]
+    return [gx, *grads]
+
+
+# ------------------------------------------------------------------------------------ dispatch
+def _native_ok(x: Tensor, P: Sequence[Tensor]) -> bool:
+    nat = _backend._native_module()
+    return nat.available() and nat.headwise_supported(x, P)
+
+
+def _triton_ok(x: Tensor, P: Sequence[Tensor]) -> bool:
+    from ._triton import MAX_MLP_WIDTH, mlp_width
+    return mlp_width(x.shape[1], P[0::2]) <= MAX_MLP_WIDTH
+
+
+def _pack(P: Sequence[Tensor], width: int, dtype: torch.dtype):
+    """Weights ``(H, L, width, width)`` and biases ``(H, L, width)``, zero-padded, in ``dtype``."""
+    Ws = [F.pad(W.to(dtype), (0, width - W.shape[2], 0, width - W.shape[1])) for W in P[0::2]]
+    bs = [F.pad(b.to(dtype), (0, width - b.shape[1])) for b in P[1::2]]
+    return torch.stack(Ws, 1).contiguous(), torch.stack(bs, 1).contiguous()
+
+
+def _triton_layout(x: Tensor, params: Sequence[Tensor], headwise: bool):
+    from . import _triton
+    P = _as_heads(params, headwise)
+    width = _triton.mlp_width(x.shape[1], P[0::2])
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    Wp, bp = _pack(P, width, acc)
+    return _triton, P, width, Wp, bp
+
+
+@torch.library.custom_op("pyg_lie::mlp", mutates_args=())
+def _mlp_op(x: Tensor, params: List[Tensor], headwise: bool) -> Tensor:
+    P = _as_heads(params, headwise)
+    which = _backend.choose("mlp", x.device, lambda: _native_ok(x, P), lambda: _triton_ok(x, P))
+    if which == "triton":
+        _triton, P, width, Wp, bp = _triton_layout(x, params, headwise)
+        return _triton.mlp_forward(x.contiguous(), Wp, bp, len(P) // 2, width, P[-2].shape[1], headwise)
+    if which == "native":
+        y = _backend._native_module().headwise_forward(x, P)  # (H out, E)
+        return y if headwise else y.t().contiguous()
+    with torch.no_grad():
+        return composite_mlp(x, params, headwise).contiguous()
+
+
+@_mlp_op.register_fake
+def _(x, params, headwise):
+    if headwise:
+        return x.new_empty(params[0].shape[0], x.shape[0])
+    return x.new_empty(x.shape[0], params[-2].shape[0])
+
+
+@torch.library.custom_op("pyg_lie::mlp_backward", mutates_args=())
+def _mlp_backward_op(g: Tensor, x: Tensor, params: List[Tensor], headwise: bool, need_x: bool) -> List[Tensor]:
+    P = _as_heads(params, headwise)
+    which = _backend.choose("mlp_backward", x.device, lambda: _native_ok(x, P), lambda: _triton_ok(x, P))
+    if which == "composite":
+        with torch.no_grad():
+            gx, *grads = composite_mlp_backward(g, x, params, headwise, need_x)
+    else:
+        if which == "triton":
+            _triton, P, width, Wp, bp = _triton_layout(x, params, headwise)
+            gx, gW, gb = _triton.mlp_backward(g.contiguous(), x.contiguous(), Wp, bp, len(P) // 2, width,
+                                              P[-2].shape[1], headwise, need_x)
+            grads = []
+            for li, (W, b) in enumerate(zip(P[0::2], P[1::2])):
+                grads += [gW[:, li, :W.shape[1], :W.shape[2]].to(W.dtype), gb[:, li, :b.shape[1]].to(b.dtype)]
+        else:
+            gh = g if headwise else g.t()
+            gx, *grads = _backend._native_module().headwise_backward(gh.contiguous(), x, P, need_x)
+            gx = gx if need_x else None
+        if not headwise:
+            grads = [t.squeeze(0) for t in grads]
+    grads = [t.contiguous().clone() if t._base is not None else t.contiguous() for t in grads]
+    return [x.new_empty(0) if gx is None else gx.contiguous(), *grads]
+
+
+@_mlp_backward_op.register_fake
+def _(g, x, params, headwise, need_x):
+    return [x.new_empty(x.shape if need_x else (0,)), *[torch.empty_like(p) for p in params]]
+
+
+def _setup(ctx, inputs, output) -> None:
+    x, params, ctx.headwise = inputs
+    ctx.save_for_backward(x, *params)
+
+
+def _backward(ctx, g: Tensor):
+    x, *params = ctx.saved_tensors
+    need_x, need_p = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    if torch.is_grad_enabled():  # differentiable: the closed form in torch operations
+        gx, *gp = composite_mlp_backward(g, x, params, ctx.headwise, need_x)
+    else:
+        gx, *gp = _mlp_backward_op(g.contiguous(), x, params, ctx.headwise, need_x)
+    return (gx if need_x else None), [t if need else None for t, need in zip(gp, need_p)], None
+
+
+_mlp_op.register_autograd(_backward, setup_context=_setup)
+float32_under_autocast(_mlp_op, _mlp_backward_op)
+
+
+# ---------------------------------------------------------------------------------- entry points
+def mlp(x: Tensor, params: Sequence[Tensor], headwise: bool = False) -> Tensor:
+    """Evaluate an edge MLP (see the module doc for ``params``): ``x (E, in)`` -> ``(E, out)``
+    (shared) or ``(H, E)`` (``headwise``). Differentiable in ``x`` and every parameter, twice."""
+    x = float_tensor("x", x, 2)
+    if not isinstance(params, (list, tuple)) or len(params) < 2 or len(params) % 2:
+        raise ValueError("params must be a list [W_0, b_0, ..., W_L, b_L] of weights and biases")
+    params = [plain(f"params[{i}]", p) for i, p in enumerate(params)]
+    same_device(x=x, **{f"params[{i}]": p for i, p in enumerate(params)})
+    same_dtype(x=x, **{f"params[{i}]": p for i, p in enumerate(params)})
+    wd = 3 if headwise else 2
+    prev = x.shape[1]
+    H = params[0].shape[0] if headwise and params[0].dim() == 3 else 1
+    for i in range(0, len(params), 2):
+        W, b = params[i], params[i + 1]
+        want_w = ((H,) if headwise else ()) + (W.shape[-2] if W.dim() == wd else -1, prev)
+        if W.dim() != wd or tuple(W.shape) != want_w:
+            raise ValueError(f"params[{i}] must be a weight {'(H, out, in)' if headwise else '(out, in)'} "
+                             f"with in = {prev}, got {tuple(W.shape)}")
+        want_b = ((H,) if headwise else ()) + (W.shape[-2],)
+        if tuple(b.shape) != want_b:
+            raise ValueError(f"params[{i + 1}] must be a bias of shape {want_b}, got {tuple(b.shape)}")
+        prev = W.shape[-2]
+    if headwise and prev != 1:
+        raise ValueError(f"a headwise MLP has one output a head: the last weight must be (H, 1, in), got "
+                         f"{tuple(params[-2].shape)}")
+    return _mlp_op(x, params, headwise)
+
+
+def _sequential_params(module, x: Tensor) -> Optional[List[Tensor]]:
+    """``[W_0, b_0, ...]`` of a ``Linear (SiLU Linear)*`` :class:`~torch.nn.Sequential`, or None."""
+    if not isinstance(module, torch.nn.Sequential):
+        return None
+    mods = list(module)
+    if not mods or len(mods) % 2 == 0:
+        return None
+    for i, m in enumerate(mods):
+        if not isinstance(m, torch.nn.Linear if i % 2 == 0 else torch.nn.SiLU):
+            return None
+    params = []
+    for m in mods[::2]:
+        params += [m.weight, m.bias if m.bias is not None else x.new_zeros(m.out_features)]
+    return params
+
+
+def edge_mlp(module, x: Tensor) -> Tensor:
+    """``module(x)`` through the :func:`mlp` operator where ``module`` is a ``Linear (SiLU
+    Linear)*`` :class:`~torch.nn.Sequential` (``x (..., in) -> (..., out)``) or a headwise MLP
+    with ``heads`` and ``params()`` (:class:`pyg_lie.nn._edge_mlp.HeadwiseMLP`: ``x (..., in) ->
+    (..., H)``, returned as a view of heads-first storage); any other module is called as it is."""
+    x = plain("x", x)
+    if x.dim() == 0:
+        return module(x)
+    lead = x.shape[:-1]
+    flat = x.reshape(-1, x.shape[-1])
+    if hasattr(module, "heads") and callable(getattr(module, "params", None)):
+        y = mlp(flat, list(module.params()), headwise=True).t()
+    else:
+        params = _sequential_params(module, x)
+        if params is None:
+            return module(x)
+        y = mlp(flat, params)
+    return y.reshape(*lead, y.shape[-1])

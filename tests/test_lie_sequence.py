@@ -37,3 +37,21 @@ def test_train_summary_and_bench_cli(tmp_path):
 def test_cli_rejects_bad_group(tmp_path):
     with pytest.raises(SystemExit):
         main(["train", "lie-sequence", "--group", "SE5", "--out", str(tmp_path)])
+
+
+def test_smoke_writes_a_result_file_and_learns(tmp_path):
+    """The CI version of the experiment: every field of the result file, the paper's numbers
+    beside ours, and a training loss that falls."""
+    from pyg_lie.experiments.results import load_result
+    res = tmp_path / "results"
+    assert main(["train", "lie-sequence", "--group", "SE2", "--score", "closed_form", "--seeds", "0",
+                 "--steps", "200", "--train-size", "64", "--test-size", "16", "--batch-size", "16",
+                 "--hidden", "16", "--layers", "1", "--head", "token", "--equiv-sequences", "4",
+                 "--out", str(tmp_path / "ls"), "--no-progress", "--results-dir", str(res)]) == 0
+    rec = load_result(res, "lie-sequence", "SE2-G-token")
+    m = rec["metrics"]
+    assert rec["paper"] == {"G.pose_error": 0.003, "G.equivariance_error": 4e-10, "G.score_params": 36}
+    assert rec["seed"] == [0] and "hidden 16 (paper 32)" in rec["setting"]
+    assert m["G.final_loss"] < 0.9 * m["G.first_loss"]
+    assert m["G.equivariance_error"] < 1e-12 and m["G.score_params"] == 12
+    assert (res / "lie-sequence" / "SE2-G-token.SE2_loss.png").is_file()

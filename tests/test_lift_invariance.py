@@ -59,11 +59,19 @@ def test_cli_writes_results(tmp_path):
     p = argparse.ArgumentParser()
     exp.add_arguments(p)
     out = str(tmp_path / "inv")
-    args = p.parse_args(["--lifts", "1", "2", "--seeds", "1", "--clouds", "1", "--elements", "2",
-                         "--no-progress", "--threads", "1", "--out", out])
+    args = p.parse_args(["--lifts", "1", "3", "--seeds", "2", "--clouds", "1", "--elements", "2",
+                         "--no-progress", "--threads", "1", "--out", out, "--results-dir", str(tmp_path / "res")])
     assert exp.main(args) == 0
     with open(os.path.join(out, "results.json")) as f:
         res = json.load(f)
-    assert res["lifts"] == [1, 2] and len(res["linf"]) == 2 and isinstance(res["monotone"], bool)
+    assert res["lifts"] == [1, 3] and len(res["linf"]) == 2 and isinstance(res["monotone"], bool)
     assert os.path.getsize(os.path.join(out, "invariance_vs_lifts.png")) > 0
-    assert "| 2 |" in open(os.path.join(out, "results.md")).read()
+    assert "| 3 |" in open(os.path.join(out, "results.md")).read()
+    # the result file (the CI version of `pyg-lie invariance`): the paper's K = 3 value beside ours
+    from pyg_lie.experiments.results import load_result
+    rec = load_result(tmp_path / "res", "lift-invariance", "init-d8-l1-constant")
+    assert rec["paper"] == {"K3.linf_median": 1e-6} and rec["seed"] == [0, 1]
+    assert rec["command"] == ("pyg-lie invariance --lifts 1 3 --seeds 2 --clouds 1 --elements 2 --threads 1 "
+                              f"--out {out} --no-progress --results-dir {tmp_path / 'res'}")
+    assert all(0 < rec["metrics"][f"K{K}.linf_median"] < 1 for K in (1, 3))
+    assert (tmp_path / "res" / "lift-invariance" / "init-d8-l1-constant.invariance_vs_lifts.png").is_file()

@@ -84,6 +84,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="test sequences used for the float64 equivariance error")
     parser.add_argument("--out", default=os.path.join("runs", "lie_sequence"))
     parser.add_argument("--no-progress", action="store_true")
+    from .results import add_result_arguments
+    add_result_arguments(parser, "GROUP-MODELS-HEAD, e.g. SE2-GCA-token")
+
+
+#: the paper's model (tables 2-4): sequences of 8, 3 layers x 4 heads x 32, per-token head
+PAPER_SETTING = {"length": 8, "hidden": 32, "layers": 3, "heads": 4, "head": "token"}
+
+
+def paper_numbers(group: str, letter: str, prefix: str = "") -> dict:
+    """The paper's pose / equivariance error and score parameters of ``group`` x model ``letter``
+    as ``{prefix + metric: number}``; order-of-magnitude entries ("~1e-4") as that power of ten,
+    words ("tiny") left out."""
+    from .lie_sequence_summary import PAPER
+    out = {}
+    for key, v in zip(("pose_error", "equivariance_error", "score_params"), PAPER.get(group, {}).get(letter, ())):
+        if isinstance(v, str):
+            try:
+                v = float(v.lstrip("~"))
+            except ValueError:
+                continue
+        if v is not None:
+            out[prefix + key] = v
+    return out
+
+
+def model_metrics(agg: dict, runs: list, prefix: str = "") -> dict:
+    """The numbers of one model (mean over seeds, with std) for a result file."""
+    out = {prefix + k: agg[k] for k in ("pose_error", "pose_error_std", "relative_pose_error", "equivariance_error",
+                                        "score_params", "total_params", "final_loss")}
+    first = [sum(r["losses"][:50]) / max(1, len(r["losses"][:50])) for r in runs if r.get("losses")]
+    if first:
+        out[prefix + "first_loss"] = sum(first) / len(first)
+    return out
+
+
+def setting_for(args, extra=()) -> str:
+    """The setting text: the paper's model and head or how this run differs; the training
+    budget, which the paper does not state."""
+    from .results import setting_text
+    notes = list(extra)
+    if getattr(args, "head", "token") != "token":
+        notes.append(f"extension: {args.head} completion head (the paper's is per token)")
+    notes.append(f"budget (not stated in the paper): {args.steps} steps of {args.batch_size}, "
+                 f"{args.train_size} training sequences, {len(args.seeds)} seed(s)")
+    return setting_text({"length": 8, **vars(args)}, {k: v for k, v in PAPER_SETTING.items() if k != "head"},
+                        notes)
 
 
 def _subset(data, idx: torch.Tensor):
@@ -219,11 +265,15 @@ def main(args: argparse.Namespace) -> int:
     if args.group not in GROUPS:
         raise SystemExit(f"group {args.group} is not available in this installation (have {sorted(GROUPS)})")
     os.makedirs(args.out, exist_ok=True)
-    results = {}
+    t0 = time.time()
+    results, metrics, paper = {}, {}, {}
     for score in args.score:
         runs = [run_one(args.group, score, s, args, progress=not args.no_progress) for s in args.seeds]
         agg = aggregate(runs)
         results[score] = runs
+        letter = MODEL_LETTER[score]
+        metrics.update(model_metrics(agg, runs, f"{letter}."))
+        paper.update(paper_numbers(args.group, letter, f"{letter}."))
         path = os.path.join(args.out, f"{args.group}_{score}.json")
         with open(path, "w") as f:
             json.dump({"summary": agg, "runs": runs, "args": {k: v for k, v in vars(args).items()
@@ -232,5 +282,10 @@ def main(args: argparse.Namespace) -> int:
               f"+- {agg['pose_error_std']:.1e}, equivariance error {agg['equivariance_error']:.1e} "
               f"+- {agg['equivariance_error_std']:.1e}, score params {agg['score_params']}, "
               f"total params {agg['total_params']}, {agg['train_time_s']:.0f} s/seed  -> {path}")
-    plot_losses(results, os.path.join(args.out, f"{args.group}_loss.png"))
+    plot = os.path.join(args.out, f"{args.group}_loss.png")
+    plot_losses(results, plot)
+    from .results import record_run
+    name = f"{args.group}-{''.join(MODEL_LETTER[s] for s in args.score)}-{args.head}"
+    record_run(args, "lie-sequence", name, ["train", "lie-sequence"], metrics=metrics, paper=paper,
+               setting=setting_for(args), wall_time_s=time.time() - t0, seed=list(args.seeds), plots=[plot])
     return 0

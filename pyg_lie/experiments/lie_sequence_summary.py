@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from types import SimpleNamespace
 
 from ..cli.types import device_name, nonnegative_float, nonnegative_int, positive_int
@@ -51,6 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--collect-only", action="store_true", help="only read existing results")
     parser.add_argument("--rerun", action="store_true", help="retrain even if results exist")
     parser.add_argument("--no-progress", action="store_true")
+    from .results import add_result_arguments
+    add_result_arguments(parser, "HEAD, e.g. token")
 
 
 def _fmt(v, std=None) -> str:
@@ -170,6 +173,7 @@ def main(args: argparse.Namespace) -> int:
     import torch
     if args.threads:
         torch.set_num_threads(args.threads)
+    t0 = time.time()
     table = collect(args)
     if not table:
         print(f"no results under {args.out}; run without --collect-only")
@@ -178,6 +182,25 @@ def main(args: argparse.Namespace) -> int:
     print(text)
     with open(os.path.join(args.out, "summary.md"), "w") as f:
         f.write(text)
-    plot(table, os.path.join(args.out, "pose_error.png"))
+    path = os.path.join(args.out, "pose_error.png")
+    plot(table, path)
     print(f"wrote {os.path.join(args.out, 'summary.md')} and pose_error.png")
+    _record(args, table, path, time.time() - t0)
     return 0
+
+
+def _record(args, table: dict, plot_path: str, seconds: float) -> None:
+    """``results/lie-sequence-tables/<head>.json``: every group x model of the table."""
+    from .lie_sequence import model_metrics, paper_numbers, setting_for
+    from .results import record_run
+    metrics, paper = {}, {}
+    for group, by_score in table.items():
+        for score, agg in by_score.items():
+            prefix = f"{group}.{MODEL_LETTER[score]}."
+            metrics.update(model_metrics(agg, [], prefix))
+            paper.update(paper_numbers(group, MODEL_LETTER[score], prefix))
+    targs = _train_args(args)
+    targs.seeds = args.seeds
+    extra = ["read from existing run files (--collect-only); their budget may differ"] if args.collect_only else []
+    record_run(args, "lie-sequence-tables", args.head, ["summary"], metrics=metrics, paper=paper,
+               setting=setting_for(targs, extra), wall_time_s=seconds, seed=list(args.seeds), plots=[plot_path])

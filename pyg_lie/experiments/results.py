@@ -140,9 +140,10 @@ def run_name(text: str) -> str:
 
 def add_result_arguments(p: argparse.ArgumentParser, default_run: str) -> None:
     """``--results-dir`` and ``--run-name`` of an experiment command."""
-    p.add_argument("--results-dir", default=os.environ.get(RESULTS_DIR_ENV) or RESULTS_DIR,
-                   help="the run's result file goes to RESULTS_DIR/<experiment>/<run>.json, its plots "
-                        "beside it as <run>.<plot>.png")
+    p.add_argument("--results-dir", default=None,
+                   help=f"the run's result file goes to RESULTS_DIR/<experiment>/<run>.json, its plots "
+                        f"beside it as <run>.<plot>.png (default: ${RESULTS_DIR_ENV} when set, else "
+                        f"{RESULTS_DIR})")
     p.add_argument("--run-name", type=run_name, default=None, help=f"<run> (default: {default_run})")
 
 
@@ -220,7 +221,8 @@ def record_run(args: argparse.Namespace, experiment: str, default_run: str, pref
     config = {k: v for k, v in vars(args).items() if not k.startswith("_") and k not in _NOT_CONFIG}
     path = write_result(experiment, run, config=config, seed=seed, metrics=metrics, wall_time_s=wall_time_s,
                         paper=paper, setting=setting, command=command_line(args, prefix),
-                        out_dir=getattr(args, "results_dir", None), extra=extra)
+                        out_dir=getattr(args, "results_dir", None) or os.environ.get(RESULTS_DIR_ENV)
+                        or RESULTS_DIR, extra=extra)
     for plot in plots:
         if os.path.isfile(plot):
             shutil.copyfile(plot, path.parent / f"{run}.{Path(plot).name}")

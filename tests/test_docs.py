@@ -1,0 +1,173 @@
+"""The user documentation: a short README whose examples run, no dates, session history or
+paths outside the repository in the README, docs/ or docstrings, generated pages up to date,
+and a strict mkdocs build."""
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+
+# dates (2026-12-01, 30 Nov 2026), clock times of a session, run folders of a session and
+# files or folders outside the repository
+FORBIDDEN = re.compile(
+    r"\b\d{4}-\d{2}-\d{2}\b"
+    r"|\b\d{1,2} (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* \d{4}\b"
+    r"|\bUTC\b"
+    r"|\.\./shared|(?<![\w./-])shared/(?:papers|wheels)"
+    r"|FIELD_NOTES"
+    r"|runs/s\d+"
+)
+
+# files that still break the rule, reported to their owners; xfail(strict=False) so that the
+# test passes as soon as they are fixed and fails for every other file
+KNOWN = {
+    "pyg_lie/benchmarks/lie_self_attention.py": "module docstring names FIELD_NOTES",
+    "pyg_lie/benchmarks/official_lie_transformer.py": "module docstring names ../shared/papers",
+    "pyg_lie/vit/__init__.py": "package docstring names shared/papers",
+    "docs/vit.md": "dated run logs and shared/papers (page owned by the ViT work)",
+    "docs/cli.md": "generated from pyg_lie/experiments/vit.py, whose --max-train help has a date",
+}
+
+
+def _doc_files():
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    return [p.relative_to(ROOT).as_posix() for p in files if p.exists()]
+
+
+def _py_files():
+    return [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "pyg_lie").rglob("*.py"))]
+
+
+def _param(path):
+    if path in KNOWN:
+        return pytest.param(path, marks=pytest.mark.xfail(reason=KNOWN[path], strict=False))
+    return path
+
+
+def _hits(text: str, first_line: int = 1):
+    return [f"line {first_line + text[:m.start()].count(chr(10))}: {m.group()!r}" for m in FORBIDDEN.finditer(text)]
+
+
+def test_readme_is_short():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 160, f"README.md has {len(lines)} lines; move details to docs/ (at most 160)"
+
+
+def test_forbidden_pattern_is_not_blind():
+    for bad in ("on 2026-12-01", "30 Nov 2026", "06:17 UTC", "../shared/x", "shared/papers/a.txt",
+                "see FIELD_NOTES", "runs/s27/bench"):
+        assert FORBIDDEN.search(bad), bad
+    for ok in ("version 2.8.1", "N = 1024", "runs/demo", "the shared location MLP", "shared/ folder"):
+        assert not FORBIDDEN.search(ok), ok
+
+
+@pytest.mark.parametrize("path", [_param(p) for p in _doc_files()])
+def test_docs_have_no_dates_or_outside_paths(path):
+    hits = _hits((ROOT / path).read_text())
+    assert not hits, f"{path}: " + "; ".join(hits)
+
+
+@pytest.mark.parametrize("path", [_param(p) for p in _py_files()])
+def test_docstrings_have_no_dates_or_outside_paths(path):
+    tree = ast.parse((ROOT / path).read_text())
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                start = 1 if isinstance(node, ast.Module) else node.body[0].lineno
+                hits += _hits(doc, start)
+    assert not hits, f"{path}: " + "; ".join(hits)
+
+
+def _run(args, timeout):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("script", ["scripts/cli_docs.py", "scripts/benchmarks_table.py"])
+def test_generated_pages_are_up_to_date(script):
+    r = _run([PYTHON, script, "--check"], timeout=300)
+    assert r.returncode == 0, f"run `python {script}` and commit the page:\n{r.stdout[-3000:]}{r.stderr[-2000:]}"
+
+
+def test_benchmarks_table_reads_any_record_shape(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import benchmarks_table
+    finally:
+        sys.path.pop(0)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "rollout.json").write_text(
+        '{"configuration": {"group": "SE2", "N": 512}, "metrics": {"ms": 12.3456, "mem": {"peak_mb": 3.5}},'
+        ' "command": "pyg-lie bench x", "host_class": "Some CPU, 2 cores", "date": "2026-12-05",'
+        ' "hostname": "box17"}')
+    (tmp_path / "sub" / "list.json").write_text(
+        '{"title": "Backends", "records": [{"configuration": {"backend": "a", "d": 3}, "metrics": {"t": 1.0}},'
+        ' {"configuration": {"backend": "b", "d": 3}, "metrics": {"t": 2.5, "ok": true}}]}')
+    (tmp_path / "empty.json").write_text("[]")
+    text = benchmarks_table.render(tmp_path)
+    assert "| group | N | ms | mem.peak_mb |" in text and "| SE2 | 512 | 12.35 | 3.5 |" in text
+    assert "Machine class: Some CPU, 2 cores." in text and "Common settings: d = 3." in text
+    assert "## Backends" in text and "| b | 2.5 | yes |" in text
+    assert "2026" not in text and "box17" not in text
+    assert benchmarks_table.render(tmp_path / "missing").count("No benchmark results") == 1
+
+
+def _nav_pages(node):
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, list):
+        for item in node:
+            yield from _nav_pages(item)
+    elif isinstance(node, dict):
+        for value in node.values():
+            yield from _nav_pages(value)
+
+
+def test_every_docs_page_is_in_the_nav():
+    yaml = pytest.importorskip("yaml")
+
+    class Loader(yaml.SafeLoader):  # mkdocs.yml may hold !!python tags; only the nav is needed
+        pass
+
+    Loader.add_multi_constructor("", lambda loader, suffix, node: None)
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=Loader)
+    nav = set(_nav_pages(config["nav"]))
+    pages = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")}
+    assert not pages - nav, f"add these pages to the nav of mkdocs.yml: {sorted(pages - nav)}"
+    assert not nav - pages, f"the nav of mkdocs.yml names missing pages: {sorted(nav - pages)}"
+
+
+def test_mkdocs_build_strict(tmp_path):
+    mkdocs = shutil.which("mkdocs", path=str(Path(PYTHON).parent)) or shutil.which("mkdocs")
+    if mkdocs is None:
+        pytest.skip("mkdocs is not installed (extra 'docs')")
+    start = time.perf_counter()
+    r = _run([mkdocs, "build", "--strict", "-d", str(tmp_path / "site")], timeout=300)
+    elapsed = time.perf_counter() - start
+    assert r.returncode == 0, f"mkdocs build --strict failed ({elapsed:.0f} s):\n{r.stdout[-4000:]}{r.stderr[-4000:]}"
+
+
+def _readme_examples():
+    text = (ROOT / "README.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text, re.S)
+
+
+@pytest.mark.parametrize("index", range(len(_readme_examples())))
+def test_readme_example_runs(index):
+    code = _readme_examples()[index]
+    try:
+        exec(compile(code, f"README.md example {index + 1}", "exec"), {"__name__": "__readme__"})
+    except Exception as err:  # name the example, not this test's line
+        pytest.fail(f"README example {index + 1} failed: {type(err).__name__}: {err}\n{code}")

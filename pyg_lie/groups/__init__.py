@@ -1,4 +1,12 @@
-"""Matrix Lie groups with one small interface (see :class:`LieGroup`)."""
+"""Matrix Lie groups with one small interface (see :class:`LieGroup`).
+
+Groups: ``Tn(n)`` (translations of ``R^n``), ``SO2``, ``SE2``, ``SO3``, ``SE3``, ``Aff2``,
+``Aff3``; finite subgroups ``Cn(k)`` and ``Dn(k)`` of O(2) and ``Tetrahedral()``,
+``Octahedral()``, ``Icosahedral()`` of SO(3). ``get_group("SE2")`` returns a group by name
+(the names are the keys of ``GROUPS``). Elements are ``(..., m, m)`` matrices, algebra
+elements ``(..., dim)`` coordinates in a Frobenius-orthonormal basis; every map is batched,
+works in float32 and float64 on any device and is differentiable.
+"""
 from __future__ import annotations
 
 from .base import LieGroup

@@ -140,6 +140,11 @@ def test_missing_qm9pack_names_the_extra(tmp_path, monkeypatch):
                         lambda name, *a: None if name == "qm9pack" else real(name, *a))
     with pytest.raises(ImportError, match=r"pip install pyg-lie\[qm9\]"):
         QM9(str(tmp_path / "none"), max_molecules=5)
+    monkeypatch.undo()
+    QM9(str(tmp_path / "built"), max_molecules=5)
+    monkeypatch.setattr(qm9_real.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "qm9pack" else real(name, *a))
+    assert len(QM9(str(tmp_path / "built"), max_molecules=5)) == 5  # a processed set needs no qm9pack
 
 
 def test_exported_from_package():

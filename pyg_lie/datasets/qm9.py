@@ -1,4 +1,8 @@
-r"""QM9 through :class:`torch_geometric.datasets.QM9` with the LieTransformer's inputs.
+r"""QM9 with the LieTransformer's inputs, on :class:`pyg_lie.datasets.QM9` or PyG's class.
+
+:class:`~pyg_lie.datasets.QM9` (real data built offline from ``qm9pack``) and
+:class:`torch_geometric.datasets.QM9` store the same fields, so
+:class:`QM9Transform` and the splits below work on either.
 
 Inputs (Hutchinson et al. 2021, Appendix I.2, following Cormorant, Anderson et
 al. 2019): per atom of type ``t`` in ``(H, C, N, O, F)`` with nuclear charge

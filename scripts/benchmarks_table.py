@@ -93,7 +93,7 @@ def _fmt(value: Any) -> str:
     text = " ".join(str(value).split())
     if _DATE.search(text):
         return ""
-    return text.replace("|", "\\|")
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _text(value: Any) -> str:

@@ -80,6 +80,11 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+def _prose(text: str) -> str:
+    """A table cell of running text: ``<run>`` must not read as an HTML tag."""
+    return _cell(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _format_action(parser: argparse.ArgumentParser, action: argparse.Action) -> Tuple[str, str, str]:
     formatter = parser._get_formatter()
     if action.option_strings:
@@ -97,15 +102,24 @@ def _format_action(parser: argparse.ArgumentParser, action: argparse.Action) -> 
     if action.option_strings and action.nargs != 0 and action.default not in (None, argparse.SUPPRESS):
         default = "`" + (" ".join(map(str, action.default)) if isinstance(action.default, (list, tuple))
                          else str(action.default)) + "`"
-    return "`" + _cell(name) + "`", _cell(default), _cell(help_)
+    return "`" + _cell(name) + "`", _cell(default), _prose(help_)
+
+
+def _build_parser_function():
+    """``build_parser(argv)`` of the module behind the ``pyg-lie`` console script."""
+    import importlib
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module = importlib.import_module(scripts["pyg-lie"].split(":")[0])
+    return module.build_parser
 
 
 def render() -> str:
     warnings.filterwarnings("ignore")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     sys.path.insert(0, str(ROOT))
-    from pyg_lie.cli import build_parser
-
+    build_parser = _build_parser_function()
     top = build_parser(())
     lines: List[str] = [INTRO]
     lines.append("## Commands\n")
@@ -114,14 +128,14 @@ def render() -> str:
     paths = list(_commands(top))
     for path in paths:
         anchor = "-".join(("pyg-lie",) + path)
-        lines.append(f"| [`pyg-lie {' '.join(path)}`](#{anchor}) | {_cell(_help_of(top, path))} |")
+        lines.append(f"| [`pyg-lie {' '.join(path)}`](#{anchor}) | {_prose(_help_of(top, path))} |")
     lines.append("")
     for path in paths:
         parser = _descend(build_parser(list(path)), path)
         lines.append(f"## `pyg-lie {' '.join(path)}`\n")
         description = parser.description or _help_of(top, path)
         if description:
-            lines.append(_cell(description) + "\n")
+            lines.append(_prose(description) + "\n")
         rows = [_format_action(parser, a) for a in parser._actions
                 if not isinstance(a, argparse._HelpAction) and a.help is not argparse.SUPPRESS]
         if not rows:

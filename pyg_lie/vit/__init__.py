@@ -1,10 +1,11 @@
 """Vision transformers equivariant to discrete subgroups of O(2) (C_n, D_n).
 
 Implements "A Unified Framework for Vision Transformers Equivariant to Discrete
-Subgroups of O(2)" (``shared/papers/o2-equivariant-vit.txt``): closed-form irreps,
+Subgroups of O(2)": closed-form irreps,
 field types, Schur linear layers, patch embeddings on square and hexagonal grids,
 Fourier nonlinearities on G-sets, equivariant multi-head attention as a PyG
-``MessagePassing`` layer, restriction to subgroups (Theorem 2) and escnn interop.
+``MessagePassing`` layer, restriction to subgroups (Theorem 2). The escnn converters live in
+:mod:`pyg_lie.interop.escnn` (re-exported here and by ``pyg_lie.vit.escnn_interop``).
 """
 from .._lazy import lazy_getattr
 

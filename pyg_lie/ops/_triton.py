@@ -229,12 +229,12 @@ def attention_backward(q, k, v, w, g, gw, crow, col, crow_t, col_t, perm_t):
     wdt = torch.float64 if q.dtype == torch.float64 else torch.float32
     ds = torch.empty(H, E, dtype=wdt, device=q.device)
     gq, gk, gv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    if N == 0:
-        return gq, gk, gv, ds.to(q.dtype)
+    if N == 0 or k.shape[0] == 0:
+        return gq.zero_(), gk.zero_(), gv.zero_(), ds.to(q.dtype)
     BE, BH, BD, nh = _attention_blocks(H, D)
     _launch(_attn_bwd_rows, (N, nh), q.device, k, v, w, g, w if gw is None else gw, crow, col, ds, gq, E, H, D,
             HAS_GW=gw is not None, ACC=acc, BLOCK_E=BE, BLOCK_H=BH, BLOCK_D=BD, num_warps=4)
-    _launch(_attn_bwd_cols, (N, nh), q.device, q, g, w, ds, crow_t, col_t, perm_t, gk, gv, E, H, D,
+    _launch(_attn_bwd_cols, (k.shape[0], nh), q.device, q, g, w, ds, crow_t, col_t, perm_t, gk, gv, E, H, D,
             ACC=acc, BLOCK_E=BE, BLOCK_H=BH, BLOCK_D=BD, num_warps=4)
     return gq, gk, gv, ds.to(q.dtype)
 

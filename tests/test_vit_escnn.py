@@ -256,3 +256,6 @@ def test_to_geometric_tensor_regular_type_and_old_import_path():
         to_escnn_type(FieldType("D4", {"A1": 1, "E1": 1}), regular=True)
     with pytest.raises(ValueError, match="field_type"):
         to_geometric_tensor(x, V, field_type=to_escnn_type(FieldType.regular("D4", 1), regular=True))
+    c4 = escnn_gspace("C4")
+    with pytest.raises(ValueError, match=r"field_type: .*gspaces\.flipRot2dOnR2\(N=4\)"):
+        to_geometric_tensor(x, V, field_type=c4.type(*[c4.regular_repr] * 4))

@@ -84,9 +84,9 @@ def check_gspace(ftype, group: Union[str, FiniteO2Group], name: str = "in_type")
         raise TypeError(f"{name}: expected an escnn.nn.FieldType, got {type(ftype).__name__}")
     ours = escnn_gspace(G)
     if ftype.gspace != ours:
-        raise ValueError(f"{name}: its gspace {ftype.gspace.name} acts with another group than the model's "
-                         f"{G.name}; build the field type on {_gspace_name(G)} (or build the model with the "
-                         "group of that gspace)")
+        hint = " (or build the model with the group of that gspace)" if name == "in_type" else ""
+        raise ValueError(f"{name}: its gspace {ftype.gspace.name} is not the gspace of {G.name}; build the "
+                         f"field type on {_gspace_name(G)}{hint}")
 
 
 def to_escnn_type(V: FieldType, gspace=None, regular: bool = False):
@@ -200,6 +200,7 @@ def to_geometric_tensor(x: Tensor, V: FieldType, gspace=None, grid_shape: Option
     else:
         if gspace is not None and field_type.gspace != gspace:
             raise ValueError("field_type: its gspace differs from gspace")
+        check_gspace(field_type, V.group, "field_type")
         ftype = field_type
         V2, M = from_escnn_type(field_type, V.group)
         if V2 != V:

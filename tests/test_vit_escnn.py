@@ -177,6 +177,19 @@ def test_features_as_geometric_tensor_without_in_type():
                                        f.transform(g).tensor, atol=1e-12, rtol=0)
 
 
+def test_trivial_in_type_equals_the_image_model():
+    """escnn's image type (trivial fields) needs no change of basis: same weights, same logits."""
+    gs = escnn_gspace("D4")
+    kw = dict(img_size=8, patch_size=2, num_classes=3, depth=1, heads=3, channels=3)
+    torch.manual_seed(3)
+    plain = _perturb(EquivariantViT("D4", in_channels=2, **kw).double())
+    torch.manual_seed(3)
+    typed = _perturb(EquivariantViT("D4", in_type=gs.type(gs.trivial_repr, gs.trivial_repr), **kw).double())
+    x = torch.randn(2, 2, 8, 8, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(typed(enn.GeometricTensor(x, typed.in_type)), plain(x))
+
+
 @pytest.mark.parametrize("group", ["C4", "D4"])
 def test_pixel_type_patch_embedding_spans_full_hom_space(group):
     """For pixels carrying fields W (regular + a 2-d irrep), the number of patch weights

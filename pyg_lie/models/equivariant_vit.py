@@ -240,7 +240,8 @@ class EquivariantViT(nn.Module):
         return torch.cat([vals, torch.sqrt(n + 1e-12)], -1)
 
     def tokens(self, images) -> Tensor:
-        """Patch tokens after embedding and positional encoding, ``(B, num_patches, V.dim)``."""
+        """Patch tokens after embedding and positional encoding, ``(B, num_patches, V.dim)``, of
+        images or, with ``in_type``, of a ``GeometricTensor`` of that type."""
         if self.in_type is not None:
             return self.pos(self.patch_embed(self._pixels_from_geometric(images)))
         self._check_images(images)

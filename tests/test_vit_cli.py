@@ -12,7 +12,7 @@ def test_train_vit_cli_synthetic(tmp_path):
             "--img-size", "8", "--patch-size", "4", "--depth", "1", "--ratios", "0.5,1.0",
             "--groups", "D4,C1", "--channels", "3", "--compare-attention", "--batch-size", "16",
             "--break-symmetry", "D2@0.5", "--epochs", "2", "--no-progress",
-            "--out", str(tmp_path)]
+            "--out", str(tmp_path), "--results-dir", str(tmp_path / "results")]
     args = build_parser(argv).parse_args(argv)
     from pyg_lie.experiments import vit
     assert vit.main(args) == 0
@@ -21,6 +21,24 @@ def test_train_vit_cli_synthetic(tmp_path):
     assert all(0.0 <= r["test_acc"] <= 1.0 for r in res)
     assert {(r["group"], r["final_group"]) for r in res} == {("D4", "D2"), ("C1", "C1"), ("C4", "C4")}
     assert os.path.exists(tmp_path / "fig4_accuracy_vs_ratio.png") and os.path.exists(tmp_path / "fig5_attention.png")
+    from pyg_lie.experiments.results import load_result
+    rec = load_result(tmp_path / "results", "vit", "synthetic-square")
+    assert rec["paper"] == {} and "depth 1 (paper 6)" in rec["setting"]
+    assert {"fig4.square.D4.ratio1.test_acc", "fig5.square.C4.irrepwise.ratio0.5.test_acc"} <= set(rec["metrics"])
+    assert (tmp_path / "results" / "vit" / "synthetic-square.fig5_attention.png").is_file()
+
+
+def test_smoke_accuracy_beats_chance(tmp_path):
+    """The CI version of the experiment: a small D4 model on rotated polygons beats chance (1/6)."""
+    argv = ["train", "vit", "--dataset", "synthetic", "--max-train", "384", "--n-val", "48", "--n-test", "96",
+            "--img-size", "16", "--patch-size", "4", "--depth", "1", "--ratios", "1.0", "--groups", "D4",
+            "--channels", "3", "--batch-size", "32", "--epochs", "15", "--evals", "2", "--no-progress",
+            "--out", str(tmp_path), "--results-dir", str(tmp_path / "results")]
+    from pyg_lie.experiments import vit
+    assert vit.main(build_parser(argv).parse_args(argv)) == 0
+    from pyg_lie.experiments.results import load_result
+    m = load_result(tmp_path / "results", "vit", "synthetic-square")["metrics"]
+    assert m["fig4.square.D4.ratio1.test_acc"] > 1.5 * m["chance"]
 
 
 def test_rotate_images_quarter_turn_matches_rot90():

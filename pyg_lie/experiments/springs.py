@@ -28,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import time
 from typing import Dict, List, Optional
 
 import torch
@@ -83,6 +84,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stop-after", type=positive_int, default=None,
                    help="stop after this many epochs of this invocation (time-boxed jobs); continue with --resume")
     p.add_argument("--no-progress", action="store_true")
+    from .results import add_result_arguments
+    add_result_arguments(p, "POTENTIAL-GROUP-nN_TRAIN, e.g. lie-T2-n200, one per size of --sizes")
 
 
 def build_potential(group: str, hidden_channels: int = 32, num_layers: int = 2, heads: int = 4,
@@ -211,6 +214,7 @@ def train_one(args: argparse.Namespace, env: DistEnv, train_set, val, test: Spri
               resume: Optional[str]) -> Dict[str, float]:
     """Train one model on ``train_set`` and evaluate it; returns the summary (on every rank)."""
     dtype = torch.float64 if args.double else torch.float32
+    t0 = time.time()
     n = len(train_set)
     batch_size = min(args.batch_size, n)
     if batch_size % env.world_size:
@@ -251,7 +255,38 @@ def train_one(args: argparse.Namespace, env: DistEnv, train_set, val, test: Spri
         _plot_rollout(res, out, title)
         with open(os.path.join(out, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
+        _record(args, summary, rows, out, time.time() - t0)
     return summary
+
+
+#: Appendix I.3: the paper's model (LieTransformer-T2, 842k parameters), optimiser, epoch rule and
+#: the training-set size of its headline numbers
+PAPER_SETTING = {"potential": "lie", "group": "T2", "hidden": 160, "layers": 5, "heads": 8, "epoch_scale": 400.0,
+                 "lr": 1e-3, "batch_size": 100, "chunk_len": 5, "n_train": 10000}
+
+
+def _record(args, summary: Dict[str, float], rows: List[Dict[str, float]], out: str, seconds: float) -> None:
+    """``results/springs/<run>.json`` for one training-set size."""
+    from .results import record_run, setting_text
+    metrics = {k: v for k, v in summary.items() if k not in ("n_train", "world_size")}
+    if rows:
+        metrics.update(train_loss_first=rows[0]["train_loss"], train_loss_last=rows[-1]["train_loss"])
+        if "val_mse" in rows[-1]:
+            metrics["val_mse"] = rows[-1]["val_mse"]
+    paper = {}
+    if args.potential == "lie" and args.group == "T2":
+        paper = {"test_mse_5": PAPER["test_mse_5"][10000]}
+        if args.rollout_steps == 100:  # the paper averages the per-step errors geometrically
+            paper["rollout_gmse_100"] = PAPER["rollout_mse_100"][10000]
+    n = summary["n_train"]
+    extra = [f"{summary['epochs']} epochs" + (" (--epochs)" if args.epochs is not None else "")]
+    setting = setting_text({**vars(args), "n_train": n}, PAPER_SETTING, extra)
+    name = f"{args.potential}-{args.group}-n{n}" if args.potential == "lie" else f"pair-n{n}"
+    plots = [os.path.join(out, f) for f in ("rollout_error.png", "trajectories.png")]
+    if args.run_name and args.sizes:  # one file per size
+        args = argparse.Namespace(**{**vars(args), "run_name": f"{args.run_name}-n{n}"})
+    record_run(args, "springs", name, ["train", "springs"], metrics=metrics, paper=paper, setting=setting,
+               wall_time_s=seconds, seed=args.seed, plots=plots, extra={"n_train": n})
 
 
 def _plot_sweep(rows: List[Dict[str, float]], out: str, label: str) -> None:

@@ -67,6 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=nonnegative_int, default=0)
     p.add_argument("--out", default="runs/swe", help="output folder for maps, curves and summary.json")
     p.add_argument("--no-progress", action="store_true", help="disable the tqdm bars")
+    from .results import add_result_arguments
+    add_result_arguments(p, "NLATxNLON, e.g. 32x64")
 
 
 # ------------------------------------------------------------------------------ model
@@ -279,7 +281,27 @@ def main(args: argparse.Namespace) -> int:
         print(f"{b:<16} {f['train_loss']:11.4e} {f['val_loss']:11.4e} {f['best_val_loss']:11.4e} "
               f"{f['seconds_per_epoch']:8.2f}")
     print(f"persistence val loss {persistence:.4e}; wrote {args.out}/maps.png, learning_curves.png, summary.json")
+    _record(args, summary, time.time() - t0)
     return 0
+
+
+def _record(args, summary: dict, seconds: float) -> None:
+    """``results/swe/<run>.json``: both backends' losses next to persistence (no paper number:
+    the reference is torch-harmonics' layer trained side by side)."""
+    from .results import record_run, setting_text
+    metrics = {"persistence_val_loss": summary["persistence_val_loss"], "parameters": summary["parameters"]}
+    for b, f in summary["final"].items():
+        h = summary["history"][b]
+        metrics.update({f"{b}.val_loss": f["val_loss"], f"{b}.best_val_loss": f["best_val_loss"],
+                        f"{b}.train_loss_first": h["train"][0], f"{b}.train_loss_last": h["train"][-1]})
+    if "max_abs_val_loss_difference" in summary:
+        metrics["max_abs_val_loss_difference"] = summary["max_abs_val_loss_difference"]
+    setting = setting_text({}, {}, [f"no paper number (torch-harmonics' NeighborhoodAttentionS2 is the reference); "
+                                    f"{args.nlat}x{args.nlon} grid, {args.n_train} training pairs, "
+                                    f"{args.epochs} epochs"])
+    plots = [os.path.join(args.out, n) for n in ("maps.png", "learning_curves.png")]
+    record_run(args, "swe", f"{args.nlat}x{args.nlon}", ["train", "swe"], metrics=metrics, paper={},
+               setting=setting, wall_time_s=seconds, seed=args.seed, plots=plots)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -101,6 +101,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=nonnegative_int, default=1)
     p.add_argument("--out", default="runs/vit")
     p.add_argument("--no-progress", action="store_true", help="disable the tqdm bars")
+    from .results import add_result_arguments
+    add_result_arguments(p, "DATASET-GRID, e.g. fashion-mnist-square")
 
 
 # ----------------------------------------------------------------------- data
@@ -389,6 +391,7 @@ def main(a) -> int:
     if a.threads:
         torch.set_num_threads(a.threads)
     os.makedirs(a.out, exist_ok=True)
+    t0 = time.time()
     xtr, ytr, xv, yv, xte, yte, nc, dname = load_dataset(a)
     data = (xtr, ytr, xv, yv, xte, yte)
     in_ch = xtr.shape[1]
@@ -430,4 +433,32 @@ def main(a) -> int:
     _plots(results, a.out)
     print("\n".join(_summary(results)))
     print(f"wrote {a.out}/results.json and plots")
+    _record(a, results, dname, nc, time.time() - t0)
     return 0
+
+
+#: Table 4 (Appendix F) and the data of the paper's experiments
+PAPER_SETTING = {"dataset": "patternnet", "img_size": 256, "patch_size": 16, "depth": 6, "heads": 3, "lr": 1e-3,
+                 "weight_decay": 0.05}
+
+
+def _record(a, results: list[dict], dname: str, nc: int, seconds: float) -> None:
+    """``results/vit/<run>.json``: test accuracy (mean and std over seeds) per figure, grid, group,
+    attention and ratio; the paper gives figures only, no numbers."""
+    from .results import record_run, setting_text
+    metrics = {"chance": 1.0 / nc}
+    keys = dict.fromkeys((r["experiment"], r["grid"], r["group"], r["attention"], r["ratio"]) for r in results)
+    for exp, grid, group, att, ratio in keys:
+        acc = [r["test_acc"] for r in results
+               if (r["experiment"], r["grid"], r["group"], r["attention"], r["ratio"]) == (exp, grid, group, att, ratio)]
+        name = f"{exp}.{grid}.{group}" + (f".{att}" if exp == "fig5" else "") + f".ratio{ratio:g}"
+        metrics[name + ".test_acc"] = float(np.mean(acc))
+        if len(acc) > 1:
+            metrics[name + ".test_acc_std"] = float(np.std(acc))
+    notes = ["no paper numbers (figures only)",
+             f"{a.seeds} seed(s), {a.max_train} training images at ratio 1, {a.epochs} epochs at ratio 1, "
+             f"best of {a.evals} validations (the paper: early stopping)"]
+    setting = setting_text({**vars(a), "dataset": dname}, PAPER_SETTING, notes)
+    plots = [os.path.join(a.out, n) for n in ("fig4_accuracy_vs_ratio.png", "fig5_attention.png")]
+    record_run(a, "vit", f"{dname}-{a.grid}", ["train", "vit"], metrics=metrics, paper={}, setting=setting,
+               wall_time_s=seconds, seed=list(range(a.seeds)), plots=plots)

@@ -9,9 +9,13 @@ they are still in cache (gradient checkpointing at cache granularity). Memory
 falls from ``O(E width layers)`` to ``O(E in_dim)``.
 
 The first backward pass uses the closed-form derivatives of ``Linear`` and
-``SiLU``; when a differentiable backward is requested (``create_graph=True``,
-e.g. forces or Hamiltonian models that differentiate through a gradient) the
-whole MLP is recomputed under autograd instead, so higher derivatives are exact.
+``SiLU``. When a differentiable backward is requested (``create_graph=True``,
+e.g. forces or Hamiltonian models that differentiate through a gradient) the same
+closed-form backward is written with plain differentiable torch ops of the saved
+inputs (:func:`_differentiable_backward`), so higher derivatives are exact and cost
+a constant factor per order: the backward never calls autograd again, which would
+walk through the whole history of the inputs (every earlier step of an ODE rollout)
+on each call.
 The chunked path is used on CPU for more than ``chunk`` rows; otherwise (CUDA,
 small inputs, other layer types) the module runs as is. Its forward and backward
 kernels are custom operators (``torch.ops.pyg_lie.edge_mlp`` and
@@ -189,24 +193,57 @@ def _save(ctx, inputs, output) -> None:
     ctx.save_for_backward(x, *params)
 
 
-def _autograd_rule(reference, backward_op):
+def _differentiable_backward(g: Tensor, x: Tensor, params: Sequence[Tensor], need_x: bool,
+                             need_p: Sequence[bool]) -> List[Optional[Tensor]]:
+    """``[d/dx, d/dW_1, d/db_1, ...]`` (``None`` where not needed) of ``sum(g * out)`` for the
+    MLP with heads leading, ``params`` ``W_i (H, out_i, in_i)``, ``b_i (H, out_i)``, ``x (E, in)``
+    and ``g (H, E, out)``, as plain torch ops (matmul, sigmoid, products), each with a
+    closed-form derivative: the gradient of a gradient never re-enters this operator."""
+    n = len(params) // 2
+    hs, zs = [x], []
+    for i in range(n - 1):  # the hidden activations, recomputed with differentiable ops
+        z = torch.matmul(hs[-1], params[2 * i].transpose(1, 2)) + params[2 * i + 1].unsqueeze(1)
+        zs.append(z)
+        hs.append(F.silu(z))
+    grads: List[Optional[Tensor]] = [None] * (2 * n)
+    gx: Optional[Tensor] = None
+    for i in reversed(range(n)):
+        if need_p[2 * i]:
+            grads[2 * i] = torch.matmul(g.transpose(1, 2), hs[i])  # (H, out, in)
+        if need_p[2 * i + 1]:
+            grads[2 * i + 1] = g.sum(1)
+        if i == 0 and not need_x:
+            break
+        gh = torch.matmul(g, params[2 * i])  # (H, E, in_i)
+        if i:
+            sig = torch.sigmoid(zs[i - 1])  # silu'(z) = s (1 + z (1 - s)); aten's silu_backward has no derivative
+            g = gh * (sig * (1 + zs[i - 1] * (1 - sig)))
+        else:
+            gx = gh.sum(0)
+    return [gx, *grads]
+
+
+def _autograd_rule(heads_leading: bool, backward_op):
     """Backward of a chunked MLP operator ``op(x, params, chunk)``: its backward operator, or,
-    when a differentiable backward is asked for (``create_graph=True``), autograd through
-    ``reference(x, params)`` (the same values as the operator), so higher derivatives are exact."""
+    when a differentiable backward is asked for (``create_graph=True``), the closed form of
+    :func:`_differentiable_backward`, so higher derivatives are exact at a constant cost."""
     def grad(ctx, grad_out: Tensor):
         x, *params = ctx.saved_tensors
         need_x, need_p = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if torch.is_grad_enabled():
-            inputs = [t for t, need in zip([x, *params], [need_x, *need_p]) if need]
-            grads = iter(torch.autograd.grad(reference(x, params), inputs, grad_out, create_graph=True))
-            gx = next(grads) if need_x else None
-            return gx, [next(grads) if need else None for need in need_p], None
+            if heads_leading:  # grad_out (H, E) of a last layer with one output per head
+                gx, *gp = _differentiable_backward(grad_out.unsqueeze(-1), x, params, need_x, need_p)
+            else:  # a shared MLP: one head
+                gx, *gp = _differentiable_backward(grad_out.unsqueeze(0), x, [p.unsqueeze(0) for p in params],
+                                                   need_x, need_p)
+                gp = [None if t is None else t.squeeze(0) for t in gp]
+            return gx, gp, None
         gx, *gp = backward_op(grad_out.contiguous(), x, params, ctx.chunk, need_x)
         return (gx if need_x else None), [g if need else None for g, need in zip(gp, need_p)], None
     return grad
 
 
-_edge_mlp_op.register_autograd(_autograd_rule(_forward, _edge_mlp_backward_op), setup_context=_save)
+_edge_mlp_op.register_autograd(_autograd_rule(False, _edge_mlp_backward_op), setup_context=_save)
 float32_under_autocast(_edge_mlp_op, _edge_mlp_backward_op)
 
 
@@ -370,6 +407,5 @@ def _headwise_backward_op(grad_out: Tensor, x: Tensor, params: List[Tensor], chu
 
 
 _headwise_backward_op.register_fake(_backward_fake)
-_headwise_op.register_autograd(_autograd_rule(lambda x, p: _headwise_forward(x, p).t(), _headwise_backward_op),
-                               setup_context=_save)
+_headwise_op.register_autograd(_autograd_rule(True, _headwise_backward_op), setup_context=_save)
 float32_under_autocast(_headwise_op, _headwise_backward_op)

@@ -29,6 +29,7 @@ BENCH = {
     "s2-attention": ("pyg_lie.benchmarks.s2_attention", "S^2 attention vs torch-harmonics"),
     "vit": ("pyg_lie.benchmarks.vit", "equivariant ViT vs plain ViT"),
     "lie-algebra-attention": ("pyg_lie.benchmarks.lie_algebra_attention", "Lie-algebra attention timings"),
+    "rollout": ("pyg_lie.benchmarks.rollout", "Hamiltonian RK4 rollout + training backward vs potential passes"),
 }
 OTHER = {
     "demo": ("pyg_lie.experiments.demo", "the library's main job: a short demonstration"),

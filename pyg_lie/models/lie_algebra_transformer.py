@@ -436,6 +436,10 @@ class _TokenTransformer(nn.Module):
     def _initial(self, g: Tensor) -> Tensor:
         return self.token.expand(g.shape[0], -1)
 
+    def _token_features(self, g: Tensor, x: Tensor) -> Tensor:
+        """The node features the trunk sees (``x`` itself unless the model has ``irreps_in``)."""
+        return x
+
     def _edge_inputs(self, g, edge_index):
         return None, None
 
@@ -470,7 +474,7 @@ class _TokenTransformer(nn.Module):
             if x is None or x.shape != (N, self.in_channels):
                 raise ValueError(f"x must have shape (N, {self.in_channels}) = ({N}, {self.in_channels}) "
                                  f"because the model was built with in_channels={self.in_channels}")
-            h = h + self.lin_x(x.to(dtype))
+            h = h + self.lin_x(self._token_features(g, x).to(dtype))
         elif x is not None:
             raise ValueError("x was given but the model was built with in_channels=0; pass in_channels")
         w, valid = self._edge_inputs(g, edge_index)  # once per forward, shared by all layers
@@ -574,6 +578,12 @@ class LieAlgebraTransformer(_TokenTransformer):
             ``"pair"`` (every pair proposes a point on the geodesic between them,
             ``g_i exp(c_ij w_ij)``, ``c_ij = 1/2 + MLP``) or ``"midpoint"`` (``c_ij = 1/2``);
             see the module docstring.
+        irreps_in: e3nn ``Irreps`` (or string) of a payload ``x`` in the global frame
+            (groups SO3, SE3): token ``i`` sees it in its own frame,
+            ``D(R_i)^{-1} x_i`` with ``R_i`` the rotation part of ``g_i``, which is
+            invariant, so the model stays equivariant under ``g -> b g``,
+            ``x -> D(R_b) x``. ``in_channels`` defaults to its dimension (and must
+            equal it if given).
 
     ``forward(g, edge_index=None, batch=None, x=None)`` returns a
     :class:`LieAlgebraOutput`.
@@ -582,8 +592,19 @@ class LieAlgebraTransformer(_TokenTransformer):
     def __init__(self, group: Union[str, LieGroup], hidden_channels: int = 32, num_layers: int = 3,
                  heads: int = 4, score: str = "closed_form", in_channels: int = 0,
                  kernel_hidden: int = 32, dropout: float = 0.0, chart: str = "mask",
-                 k: Optional[int] = None, head: str = "token") -> None:
+                 k: Optional[int] = None, head: str = "token", *, irreps_in=None) -> None:
+        if irreps_in is not None:
+            from ..interop.e3nn import as_irreps, check_rotation_group
+            check_rotation_group(get_group(group), "irreps_in")
+            irreps = as_irreps(irreps_in, "irreps_in")
+            if irreps.dim == 0:
+                raise ValueError(f"irreps_in must have dimension >= 1, got '{irreps}'")
+            if in_channels not in (0, irreps.dim):
+                raise ValueError(f"in_channels ({in_channels!r}) must equal the dimension of irreps_in "
+                                 f"'{irreps}' ({irreps.dim}); omit in_channels")
+            in_channels = irreps.dim
         super().__init__(group, hidden_channels, num_layers, heads, in_channels, dropout, chart, k, head)
+        self.irreps_in = None if irreps_in is None else irreps
         self.score = score
         for _ in range(num_layers):
             self.attn.append(LieAlgebraAttention(hidden_channels, hidden_channels // heads, self.group,
@@ -593,6 +614,12 @@ class LieAlgebraTransformer(_TokenTransformer):
 
     def _edge_inputs(self, g, edge_index):
         return relative_log(self.group, g, edge_index, self.chart)
+
+    def _token_features(self, g: Tensor, x: Tensor) -> Tensor:
+        if self.irreps_in is None:
+            return x
+        from ..interop.e3nn import _rotate
+        return _rotate(self.irreps_in, x, g[..., :3, :3], inverse=True)
 
     def _attend(self, layer, h, edge_index, g, w, valid):
         return self.attn[layer](h, edge_index, g, w=w, valid=valid)

@@ -13,6 +13,13 @@ r"""The LieTransformer model (Hutchinson et al., 2021, Fig. 1) on PyG batches.
   expectation over the lift for Haar lifts.
 
 Output: one vector ``(B, out_channels)`` per graph.
+
+e3nn irreps (``irreps_in`` / ``irreps_out``, groups SO3 and SE3): the point features
+are seen in each lift's frame (:class:`~pyg_lie.interop.e3nn.IrrepsLift`,
+``x_k = D(R_k)^{-1} x_i``), the head runs on every lifted node and its outputs are
+rotated back and averaged (:class:`~pyg_lie.interop.e3nn.IrrepsPool`,
+``mean_k D(R_k) y_k``), so the output is an ``irreps_out`` tensor that rotates with
+the input, with the same exactness as the invariant model.
 """
 from __future__ import annotations
 
@@ -40,21 +47,45 @@ def _orbit_dim(group: LieGroup) -> int:
     return 0 if inv is None else int(inv.shape[-1])
 
 
+def _irreps_channels(irreps, channels: Optional[int], side: str) -> int:
+    """The channel count of ``irreps``; a given ``{side}_channels`` must agree with it."""
+    if irreps.dim == 0:
+        raise ValueError(f"irreps_{side} must have dimension >= 1, got '{irreps}'")
+    if channels is not None and channels != irreps.dim:
+        raise ValueError(f"{side}_channels ({channels!r}) must equal the dimension of irreps_{side} "
+                         f"'{irreps}' ({irreps.dim}); omit {side}_channels")
+    return irreps.dim
+
+
 class LieTransformer(Module):
-    r"""Group-invariant LieTransformer.
+    r"""Group-invariant (or, with ``irreps_out``, e3nn-equivariant) LieTransformer.
 
     Args:
         group: Lie group or its name (``"T2"``, ``"SE2"``, ``"SO2"``, ``"T3"``,
             ``"SO3"``, ``"SE3"``).
-        in_channels: point feature size.
-        hidden_channels: feature size ``d_v`` of the lifted nodes.
-        out_channels: size of the invariant output per graph.
+        in_channels: point feature size (may be omitted with ``irreps_in``).
+        hidden_channels: feature size ``d_v`` of the lifted nodes (required).
+        out_channels: size of the invariant output per graph (may be omitted with
+            ``irreps_out``).
         num_layers: number of :class:`~pyg_lie.nn.LieTransformerBlock`.
         heads: attention heads.
         lift_samples: ``K``, lifts per point (1 for T(n) and SO(2)).
         radius: base neighbourhood radius; ``None`` = all pairs of each cloud.
         lift: ``"haar"`` (random stabiliser samples) or ``"finite"``
-            (``C_K`` / a finite rotation group: exact discrete invariance).
+            (``C_K`` / a finite rotation group: exact discrete invariance; for SE3
+            ``lift_samples`` 12, 24, 60 give the tetrahedral, octahedral and
+            icosahedral groups).
+        subgroup: with ``lift="finite"``, an explicit finite subgroup of the
+            stabiliser instead of the one ``lift_samples`` names: a
+            :class:`~pyg_lie.groups.finite.FiniteGroup` (``Octahedral()``,
+            ``Icosahedral()`` for SE3, ``Cn(k)`` for SE2 and SO3) or its elements;
+            ``lift_samples`` is then its order.
+        irreps_in: e3nn ``Irreps`` (or string) of the point features ``x`` in the
+            global frame, for SO3 and SE3; ``in_channels`` then defaults to its
+            dimension (and must equal it if given).
+        irreps_out: e3nn ``Irreps`` of the output per graph: it rotates with the
+            input, ``y(u . cloud) = D(R_u) y(cloud)``; ``out_channels`` defaults to its
+            dimension (and must equal it if given).
         max_num_neighbors: uniform subsampling of lifted neighbourhoods.
         log_threshold, distance_weights: log-map distance threshold
             (see :mod:`pyg_lie.nn.lifted_edges`).
@@ -67,14 +98,32 @@ class LieTransformer(Module):
             ``dropout`` (see :class:`~pyg_lie.nn.LieSelfAttention`).
     """
 
-    def __init__(self, group: Union[str, LieGroup], in_channels: int, hidden_channels: int,
-                 out_channels: int, num_layers: int = 4, heads: int = 4, lift_samples: int = 1,
-                 radius: Optional[float] = None, lift: str = "haar", *,
+    def __init__(self, group: Union[str, LieGroup], in_channels: Optional[int] = None,
+                 hidden_channels: Optional[int] = None, out_channels: Optional[int] = None,
+                 num_layers: int = 4, heads: int = 4, lift_samples: int = 1,
+                 radius: Optional[float] = None, lift: str = "haar", *, subgroup=None,
+                 irreps_in=None, irreps_out=None,
                  max_num_neighbors: Optional[int] = None, log_threshold: Optional[float] = None,
                  distance_weights: Optional[Dict[str, float]] = None, use_invariants: bool = True,
                  head_layers: int = 3, seed: int = 0, **attention_kwargs):
         super().__init__()
         self.group = get_group(group)
+        if hidden_channels is None:
+            raise TypeError("LieTransformer() missing required argument 'hidden_channels'")
+        self.irreps_in = self.irreps_out = None
+        if irreps_in is not None or irreps_out is not None:
+            from ..interop.e3nn import as_irreps, check_rotation_group
+            check_rotation_group(self.group, "irreps_in / irreps_out")
+            if irreps_in is not None:
+                self.irreps_in = as_irreps(irreps_in, "irreps_in")
+                in_channels = _irreps_channels(self.irreps_in, in_channels, "in")
+            if irreps_out is not None:
+                self.irreps_out = as_irreps(irreps_out, "irreps_out")
+                out_channels = _irreps_channels(self.irreps_out, out_channels, "out")
+        for name, v in (("in_channels", in_channels), ("out_channels", out_channels)):
+            if v is None:
+                raise TypeError(f"LieTransformer() missing required argument '{name}' (or pass "
+                                f"irreps_{name[:-9]}=... with e3nn irreps)")
         for name, v in (("in_channels", in_channels), ("hidden_channels", hidden_channels),
                         ("out_channels", out_channels), ("heads", heads), ("head_layers", head_layers)):
             positive_int(name, v)
@@ -89,7 +138,12 @@ class LieTransformer(Module):
         self.log_threshold = optional_length("log_threshold", log_threshold, "no threshold")
         self.distance_weights = distance_weights
         self.seed = seed
-        self.lift = Lift(self.group, lift_samples, mode=lift, seed=seed)
+        if self.irreps_in is not None:
+            from ..interop.e3nn import IrrepsLift
+            self.lift = IrrepsLift(self.irreps_in, self.group, lift_samples, mode=lift, subgroup=subgroup,
+                                   seed=seed)
+        else:
+            self.lift = Lift(self.group, lift_samples, mode=lift, subgroup=subgroup, seed=seed)
         self.invariant_dim = _orbit_dim(self.group) if use_invariants else 0
         self.embed = Linear(in_channels, hidden_channels)
         self.blocks = ModuleList([
@@ -97,7 +151,11 @@ class LieTransformer(Module):
                                 **attention_kwargs)
             for _ in range(num_layers)])
         self.norm = LayerNorm(hidden_channels)
-        self.pool = GroupPool("mean")
+        if self.irreps_out is not None:  # head per lifted node, then rotate back and average
+            from ..interop.e3nn import IrrepsPool
+            self.pool = IrrepsPool(self.irreps_out, "mean")
+        else:
+            self.pool = GroupPool("mean")
         mods = []
         for _ in range(head_layers - 1):
             mods += [Linear(hidden_channels, hidden_channels), SiLU()]
@@ -152,10 +210,12 @@ class LieTransformer(Module):
 
     def forward(self, x: Tensor, pos: Tensor, batch: Optional[Tensor] = None,
                 stabilizer: Optional[Tensor] = None, num_graphs: Optional[int] = None) -> Tensor:
-        """Invariant prediction ``(B, out_channels)``.
+        """Invariant prediction ``(B, out_channels)`` (with ``irreps_out``: an
+        ``irreps_out`` tensor per graph that rotates with the input).
 
         Args:
-            x: ``(N, in_channels)`` point features.
+            x: ``(N, in_channels)`` point features (with ``irreps_in``: of that type, in
+                the frame of ``pos``).
             pos: ``(N, n)`` positions.
             batch: ``(N,)`` sorted graph ids (``None``: one graph).
             stabilizer: optional fixed ``(N, K, m, m)`` stabiliser samples.
@@ -164,11 +224,16 @@ class LieTransformer(Module):
         h, lifted, _ = self.lifted_features(x, pos, batch, stabilizer)
         if num_graphs is None:
             num_graphs = count_graphs(batch)
+        if self.irreps_out is not None:
+            return self.pool(self.head(h), lifted.g, lifted.batch, size=num_graphs)
         return self.head(self.pool(h, lifted.batch, size=num_graphs))
 
     def __repr__(self) -> str:
         a = self.blocks[0].attn if len(self.blocks) else None
         extra = f", normalization={a.normalization!r}" if a is not None else ""
+        for name in ("irreps_in", "irreps_out"):
+            if getattr(self, name) is not None:
+                extra += f", {name}='{getattr(self, name)}'"
         return (f"{self.__class__.__name__}({self.group.name}, {self.in_channels}, {self.hidden_channels}, "
                 f"{self.out_channels}, num_layers={self.num_layers}, heads={self.heads}, "
                 f"lift_samples={self.lift.num_samples}, lift={self.lift.mode!r}, radius={self.radius}{extra})")

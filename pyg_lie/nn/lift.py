@@ -32,6 +32,7 @@ from .. import _checks as checks
 from .._checks import positive_int
 from ..groups import LieGroup, get_group
 from ..groups.base import _is_compiling, rot2
+from ..groups.finite import FiniteGroup
 
 __all__ = ["Lift", "LiftedPoints", "finite_subgroup", "check_point_cloud"]
 
@@ -140,9 +141,11 @@ class Lift(torch.nn.Module):
         num_samples: ``K``, lifts per point. Must be 1 for groups with a
             trivial stabiliser (T(n), SO(2)).
         mode: ``"haar"`` or ``"finite"``.
-        subgroup: optional explicit finite subgroup (``mode="finite"``), in
-            the convention of ``group.stabilizer_embed``; its length then
-            overrides ``num_samples``.
+        subgroup: optional explicit finite subgroup (``mode="finite"``): a
+            :class:`~pyg_lie.groups.finite.FiniteGroup` (``Octahedral()``,
+            ``Icosahedral()`` for SE3; ``Cn(k)`` for SE2, SO3) or its ``(K, k, k)``
+            elements, in the convention of ``group.stabilizer_embed``; its
+            length then overrides ``num_samples``.
         seed: seed of the evaluation-mode generator (``mode="haar"``).
 
     Shapes:
@@ -166,6 +169,8 @@ class Lift(torch.nn.Module):
                 f"{self.group.name}-invariant")
         self.mode = mode
         self.seed = int(seed)
+        if isinstance(subgroup, FiniteGroup):
+            subgroup = subgroup.elements(torch.float64)
         if mode == "finite" and not trivial:
             sub = subgroup if subgroup is not None else finite_subgroup(self.group, num_samples)
             sub = torch.as_tensor(sub, dtype=torch.float64)

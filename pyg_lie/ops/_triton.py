@@ -262,47 +262,60 @@ def _mlp_fwd(x_ptr, w_ptr, b_ptr, out_ptr, E, IN, OUT, stride_oh, stride_oe, str
 
 
 def _mlp_bwd(x_ptr, w_ptr, b_ptr, g_ptr, gx_ptr, gw_ptr, gb_ptr, E, IN, OUT, stride_gh, stride_ge, stride_go,
+             num_blocks, num_programs,
              L: tl.constexpr, P: tl.constexpr, BLOCK: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr,
              NEED_X: tl.constexpr, X_ATOMIC: tl.constexpr):
-    # backward of _mlp_fwd for one block of rows and head h; every layer's activations are
-    # recomputed from x (nothing stored by the forward), weight gradients summed atomically
+    # backward of _mlp_fwd for head h. Each program takes the row blocks pid, pid + num_programs,
+    # ... and, one layer li at a time (top down), sums that layer's weight gradient over its
+    # blocks in registers, then adds it to gw/gb with one atomic add per entry (not one per
+    # block: thousands of blocks adding to the same few hundred addresses would serialise).
+    # Activations are recomputed from x, nothing is stored by the forward.
     pid = tl.program_id(0)
     h = tl.program_id(1)
-    rows = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    rmask = rows < E
     cols = tl.arange(0, P)
-    x = tl.load(x_ptr + rows[:, None] * IN + cols[None, :], mask=rmask[:, None] & (cols[None, :] < IN),
-                other=0.0).to(ACC)
-    gptr = g_ptr + h.to(tl.int64) * stride_gh + rows[:, None] * stride_ge + cols[None, :] * stride_go
-    g = tl.load(gptr, mask=rmask[:, None] & (cols[None, :] < OUT), other=0.0).to(ACC)
     head_w = h.to(tl.int64) * (L * P * P)
     head_b = h.to(tl.int64) * (L * P)
     wp = w_ptr + head_w + cols[:, None] * P + cols[None, :]
     bp = b_ptr + head_b + cols
     for li in tl.static_range(L - 1, -1, -1):
-        a = x
-        for mi in tl.static_range(li):  # the input of layer li
-            a = tl.dot(a, tl.trans(tl.load(wp + mi * P * P).to(ACC)), input_precision=PREC) \
-                + tl.load(bp + mi * P).to(ACC)[None, :]
-            a = a / (1.0 + tl.exp(-a))
-        W = tl.load(wp + li * P * P).to(ACC)
-        if li < L - 1:  # g was d/d silu(z): times silu'(z)
-            z = tl.dot(a, tl.trans(W), input_precision=PREC) + tl.load(bp + li * P).to(ACC)[None, :]
-            sg = 1.0 / (1.0 + tl.exp(-z))
-            g = g * (sg * (1.0 + z * (1.0 - sg)))
-        gW = tl.dot(tl.trans(g), a, input_precision=PREC)
+        gW = tl.full([P, P], 0.0, ACC)
+        gb = tl.full([P], 0.0, ACC)
+        for blk in range(pid, num_blocks, num_programs):
+            rows = (blk * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)
+            rmask = rows < E
+            x = tl.load(x_ptr + rows[:, None] * IN + cols[None, :], mask=rmask[:, None] & (cols[None, :] < IN),
+                        other=0.0).to(ACC)
+            gptr = g_ptr + h.to(tl.int64) * stride_gh + rows[:, None] * stride_ge + cols[None, :] * stride_go
+            g = tl.load(gptr, mask=rmask[:, None] & (cols[None, :] < OUT), other=0.0).to(ACC)
+            a = x
+            # g: d/d(output of layer m), walked down from the top to layer li
+            for m in tl.static_range(L - 1, li - 1, -1):
+                W = tl.load(wp + m * P * P).to(ACC)
+                if m < L - 1 or m == li:
+                    a = x  # the input of layer m
+                    for r in tl.static_range(m):
+                        a = tl.dot(a, tl.trans(tl.load(wp + r * P * P).to(ACC)), input_precision=PREC) \
+                            + tl.load(bp + r * P).to(ACC)[None, :]
+                        a = a / (1.0 + tl.exp(-a))
+                if m < L - 1:  # times silu'(z_m)
+                    z = tl.dot(a, tl.trans(W), input_precision=PREC) + tl.load(bp + m * P).to(ACC)[None, :]
+                    sg = 1.0 / (1.0 + tl.exp(-z))
+                    g = g * (sg * (1.0 + z * (1.0 - sg)))
+                if m > li:
+                    g = tl.dot(g, W, input_precision=PREC)
+            gW += tl.dot(tl.trans(g), a, input_precision=PREC)
+            gb += tl.reduce(g, 0, _SUM)
+            if li == 0:
+                if NEED_X:
+                    gxv = tl.dot(g, tl.load(wp).to(ACC), input_precision=PREC)
+                    xptr = gx_ptr + rows[:, None] * IN + cols[None, :]
+                    xmask = rmask[:, None] & (cols[None, :] < IN)
+                    if X_ATOMIC:
+                        tl.atomic_add(xptr, gxv, mask=xmask)
+                    else:
+                        tl.store(xptr, gxv, mask=xmask)
         tl.atomic_add(gw_ptr + head_w + li * P * P + cols[:, None] * P + cols[None, :], gW)
-        tl.atomic_add(gb_ptr + head_b + li * P + cols, tl.reduce(g, 0, _SUM))
-        if li > 0:
-            g = tl.dot(g, W, input_precision=PREC)
-        elif NEED_X:
-            g = tl.dot(g, W, input_precision=PREC)
-            xptr = gx_ptr + rows[:, None] * IN + cols[None, :]
-            xmask = rmask[:, None] & (cols[None, :] < IN)
-            if X_ATOMIC:
-                tl.atomic_add(xptr, g, mask=xmask)
-            else:
-                tl.store(xptr, g, mask=xmask)
+        tl.atomic_add(gb_ptr + head_b + li * P + cols, gb)
 
 
 #: widest padded layer the MLP kernels take (registers: BLOCK x P activations, P x P weights)
@@ -361,7 +374,13 @@ def mlp_backward(g, x, Wp, bp, L: int, P: int, out_features: int, heads_first: b
         return (None if gx is None else gx.to(x.dtype)), gW, gb
     strides = (E, 1, 0) if heads_first else (0, out_features, 1)
     BLOCK = _mlp_block(P)
-    _launch(_mlp_bwd, (triton.cdiv(E, BLOCK), H), x.device, x, Wp, bp, g, x if gx is None else gx, gW, gb,
-            E, IN, out_features, *strides, L=L, P=P, BLOCK=BLOCK, ACC=acc, PREC=_precision(x.dtype),
-            NEED_X=need_x, X_ATOMIC=atomic, num_warps=4)
+    blocks = triton.cdiv(E, BLOCK)
+    if x.device.type == "cuda":  # a few programs per multiprocessor, each summing many blocks
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+        programs = min(blocks, max(1, 4 * sms // H))
+    else:  # the interpreter: programs of two blocks (the summing loop is exercised)
+        programs = max(1, blocks // 2)
+    _launch(_mlp_bwd, (programs, H), x.device, x, Wp, bp, g, x if gx is None else gx, gW, gb,
+            E, IN, out_features, *strides, blocks, programs, L=L, P=P, BLOCK=BLOCK, ACC=acc,
+            PREC=_precision(x.dtype), NEED_X=need_x, X_ATOMIC=atomic, num_warps=4)
     return (None if gx is None else gx.to(x.dtype)), gW, gb

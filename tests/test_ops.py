@@ -466,15 +466,14 @@ def test_cuda_attention_float64_and_bfloat16_autocast():
     ts, crow, col = attention_inputs(N=100, H=2, D=16, dtype=torch.float64, max_degree=40, device="cuda")
     assert_close_all(run_attention("triton", ts, crow, col), run_attention("composite", ts, crow, col), 1e-10)
     ts, crow, col = attention_inputs(N=100, H=2, D=16, max_degree=40, device="cuda")
+    lin = torch.nn.Linear(16, 16).cuda()
     res = {}
     for backend in ("composite", "triton"):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             q, k, v, l, b = ts
-            lin = torch.nn.Linear(16, 16).cuda()
-            torch.manual_seed(0)
             res[backend] = run_attention(backend, [lin(q), k, v, l, b], crow, col)
-    assert res["triton"][0].dtype == torch.float32
-    assert_close_all(res["triton"], res["composite"], 1e-4)
+    assert res["triton"][0].dtype == torch.float32 and res["triton"][2].dtype == torch.bfloat16
+    assert_close_all(res["triton"], res["composite"], 1e-2)  # the gradient of lin(q) is bfloat16
 
 
 @cuda

@@ -1,0 +1,113 @@
+"""Results as data: write_result's fields and scripts/results_table.py (docs/results.md)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from pyg_lie.experiments.results import REQUIRED_FIELDS, load_result, read_results, setting_text, write_result
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("results_table", ROOT / "scripts" / "results_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_docs_results_md_is_up_to_date(capsys):
+    assert _script().main(["--check"]) == 0, capsys.readouterr().out
+
+
+def _write(root, experiment="exp", run="r1", **kw):
+    args = dict(config={"lr": 1e-3, "path": Path("a/b")}, seed=3, metrics={"acc": 0.5}, wall_time_s=1.23456,
+                paper={"acc": 0.75}, setting="paper", command=["pyg-lie", "train", "x", "--lr", "1e-3"],
+                out_dir=str(root))
+    args.update(kw)
+    return write_result(experiment, run, **args)
+
+
+def test_write_result_fields(tmp_path):
+    path = _write(tmp_path, metrics={"acc": 0.5, "nan": float("nan"), "inf": float("inf"), "none": None, "n": 7})
+    assert path == tmp_path / "exp" / "r1.json"
+    rec = json.loads(path.read_text())
+    assert set(REQUIRED_FIELDS) <= set(rec)
+    assert rec["git_revision"] is None or re.fullmatch(r"[0-9a-f]{40}", rec["git_revision"])
+    assert rec["git_dirty"] in (None, True, False) and (rec["git_dirty"] is None) == (rec["git_revision"] is None)
+    assert rec["metrics"] == {"acc": 0.5, "nan": None, "inf": None, "none": None, "n": 7.0}  # non-finite -> null
+    assert rec["paper"] == {"acc": 0.75} and rec["seed"] == 3 and rec["wall_time_s"] == 1.235
+    assert rec["config"] == {"lr": 1e-3, "path": "a/b"} and rec["command"] == "pyg-lie train x --lr 1e-3"
+    assert "NaN" not in path.read_text() and "Infinity" not in path.read_text()
+    assert not re.search(r"\d{4}-\d\d-\d\d", path.read_text())  # no dates
+    assert load_result(tmp_path, "exp")["run"] == "r1"
+    assert read_results(str(tmp_path)) == {"exp": {"r1": rec}}
+
+
+def test_write_result_outside_a_checkout(tmp_path, monkeypatch):
+    import pyg_lie.experiments.results as results
+    monkeypatch.setattr(results, "git_revision", lambda cwd=None: (None, None))
+    rec = json.loads(_write(tmp_path).read_text())
+    assert rec["git_revision"] is None and rec["git_dirty"] is None
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(run="../up"), "run must be a plain file name"),
+    (dict(experiment="a b"), "experiment must be a plain file name"),
+    (dict(metrics={"acc": "high"}), "metric 'acc' must be a number"),
+])
+def test_write_result_rejects_bad_input(tmp_path, kw, match):
+    with pytest.raises(ValueError, match=match):
+        _write(tmp_path, **kw)
+
+
+def test_load_result_names_missing_fields(tmp_path):
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "r.json").write_text(json.dumps({"experiment": "exp"}))
+    with pytest.raises(ValueError, match="lacks"):
+        load_result(tmp_path, "exp", "r")
+
+
+def test_setting_text():
+    assert setting_text({"a": 1, "b": [0.5, 0.9]}, {"a": 1, "b": (0.5, 0.9)}) == "paper"
+    assert setting_text({"n_train": 10, "a": 1}, {"n_train": 100, "a": 1}, ["3 epochs"]) == \
+        "scaled down: n-train 10 (paper 100); 3 epochs"
+
+
+def test_table_from_a_results_folder(tmp_path):
+    mod = _script()
+    root = tmp_path / "results"
+    # written in reverse order: the page must not depend on the order of the files
+    _write(root, "zeta", "K16", metrics={"err": 2e-5}, paper={}, setting="scaled down: n 3 (paper 9)")
+    _write(root, "zeta", "K2", metrics={"err": 0.25, "err_std": 0.0125, "loss": math.nan}, paper={"err": 0.3})
+    _write(root, "alpha", "run", metrics={"acc": 0.8123}, paper={"acc": 0.75, "exact": 0.5},
+           command=["pyg-lie", "train", "x", "--note", "a|b"])
+    (root / "alpha" / "run.curve.png").write_bytes(b"png")
+    text = mod.render(root)
+    assert text == mod.render(root)
+    assert text.index("## alpha") < text.index("## zeta") and text.index("| K2 |") < text.index("| K16 |")
+    assert "| run | acc | 0.75 | 0.812 | paper | `pyg-lie train x --note a\\|b` |" in text
+    assert "|  | exact | 0.5 | - |  |  |" in text  # a paper number we have no value for
+    assert "| K2 | err | 0.3 | 0.25 ± 0.0125 | paper |" in text and "| loss |  | - |" in text
+    assert "| K16 | err |  | 2.00e-05 | scaled down: n 3 (paper 9) |" in text
+    assert "Plots: `results/alpha/run.curve.png`." in text
+    assert str(tmp_path) not in text and not re.search(r"\d{4}-\d\d-\d\d", text)
+    out = tmp_path / "results.md"
+    assert mod.main(["--results", str(root), "--out", str(out), "--check"]) == 1
+    assert mod.main(["--results", str(root), "--out", str(out)]) == 0
+    assert out.read_text() == text
+    assert mod.main(["--results", str(root), "--out", str(out), "--check"]) == 0
+    _write(root, "alpha", "run", metrics={"acc": 0.9})
+    assert mod.main(["--results", str(root), "--out", str(out), "--check"]) == 1
+
+
+def test_table_refuses_absolute_paths(tmp_path):
+    mod = _script()
+    _write(tmp_path, command=["pyg-lie", "train", "x", "--out", "/tmp/somewhere"])
+    with pytest.raises(ValueError, match="absolute paths"):
+        mod.render(tmp_path)

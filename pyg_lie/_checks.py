@@ -128,14 +128,26 @@ def plain_edge_index(value: Any) -> Any:
     return value
 
 
+def tracing() -> bool:
+    """True under ``torch.compile`` / ``torch.export`` and while a ``FakeTensorMode`` is active:
+    no tensor values can be read (every data-dependent step must take its traceable form)."""
+    if torch.compiler.is_compiling():
+        return True
+    try:
+        return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
+    except AttributeError:
+        return False
+
+
 def _reads_values(t: Tensor) -> bool:
     """False where a value check cannot or must not read ``t``: under ``torch.compile``, for
-    meta and fake tensors (tracing, ``torch.export``, ``FakeTensorMode``)."""
-    if torch.compiler.is_compiling() or t.device.type == "meta":
+    meta and fake tensors and under a fake mode (tracing, ``torch.export``, ``FakeTensorMode``)."""
+    if t.device.type == "meta" or tracing():
         return False
+    from torch._C._functorch import is_batchedtensor
     from torch._subclasses.fake_tensor import is_fake
 
-    return not is_fake(t)
+    return not (is_fake(t) or is_batchedtensor(t))
 
 
 def plain_index(name: str, t: Any) -> Tensor:
@@ -194,3 +206,13 @@ def pointer(name: str, ptr: Any, num_items: int, num_segments: Optional[int] = N
         if decreasing:
             raise ValueError(f"{name} must be non-decreasing (a CSR pointer of sorted items)")
     return ptr
+
+
+def edge_features(name: str, value: Any, num_edges: int, width: int, hint: str = "") -> None:
+    """``value`` must be a floating-point ``(num_edges, width)`` tensor, one row per edge (a
+    precomputed ``rel_log``: ``(E, group.dim)``); ``hint`` ends the message."""
+    if (not isinstance(value, Tensor) or value.dim() != 2 or tuple(value.shape) != (num_edges, width)
+            or not value.is_floating_point()):
+        got = f"{tuple(value.shape)} {value.dtype}" if isinstance(value, Tensor) else type(value).__name__
+        raise ValueError(f"{name} must be a floating-point tensor of shape ({num_edges}, {width}), one row per "
+                         f"edge, got {got}{hint}")

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from . import _checks
 from .groups.base import _is_compiling
 
 __all__ = ["sort_keys", "argsort_keys", "NUMPY_ARGSORT_MAX"]
@@ -30,7 +31,7 @@ NUMPY_ARGSORT_MAX = 1 << 16
 
 
 def _numpy_ok(key: Tensor) -> bool:
-    return key.device.type == "cpu" and key.numel() > 1 and not _is_compiling()
+    return key.device.type == "cpu" and key.numel() > 1 and not (_is_compiling() or _checks.tracing())
 
 
 def _radix(key: Tensor, perm: bool) -> Optional[Tuple[Tensor, Optional[Tensor]]]:
@@ -42,8 +43,17 @@ def _radix(key: Tensor, perm: bool) -> Optional[Tuple[Tensor, Optional[Tensor]]]
     return _native.radix_sort(key, perm=perm)
 
 
+def _key(key: Tensor) -> Tensor:
+    key = _checks.plain_index("key", key)
+    if key.dim() != 1:
+        raise ValueError(f"key must be 1-D, got shape {tuple(key.shape)}")
+    return key
+
+
 def sort_keys(key: Tensor) -> Tensor:
-    """Ascending copy of the int64 ``key (E,)``."""
+    """Ascending copy of the int64 ``key (E,)`` (other integer types are read as int64, PyG's
+    ``Index`` as a plain tensor)."""
+    key = _key(key)
     r = _radix(key, perm=False)
     if r is not None:
         return r[0]
@@ -55,6 +65,7 @@ def sort_keys(key: Tensor) -> Tensor:
 def argsort_keys(key: Tensor) -> Tuple[Tensor, Tensor]:
     """``(sorted key, perm)`` with ``sorted = key[perm]`` for the int64 ``key (E,)``; stable
     (equal keys keep their order)."""
+    key = _key(key)
     E = key.numel()
     r = _radix(key, perm=True)
     if r is not None:

@@ -125,9 +125,18 @@ class LieGroup(ABC):
 
         Returns:
             ``(E, dim)`` coordinates of ``log(g_i^-1 g_j)``.
+
+        Raises:
+            ValueError: ``edge_index`` is not an integer ``(2, E)`` tensor, or an index lies
+                outside ``[0, N)`` (negative ones included: they are never counted from the
+                end; one ``aminmax``, left out under ``torch.compile``).
         """
+        from .. import _checks
+
+        _checks.edge_index(edge_index)
+        edge_index = _checks.index_tensor("edge_index", edge_index, g.shape[0])
         src, dst = edge_index[0], edge_index[1]
-        xi = self.log(self.between(g[dst], g[src]))
+        xi = self.log(self.between(g.index_select(0, dst), g.index_select(0, src)))
         return self.one_sided_cut(xi) if one_sided_cut else xi
 
     #: True for groups whose principal log is not defined everywhere (the affine groups)
@@ -292,7 +301,7 @@ class LieGroup(ABC):
                 f"{arg} must have trailing shape ({m}, {m}) for {self.name}, got {tuple(g.shape)}")
         if not g.dtype.is_floating_point:
             raise ValueError(f"{arg} must be a floating-point tensor, got {g.dtype}")
-        if finite and not _is_compiling() and not bool(torch.isfinite(g).all()):
+        if finite and not _is_compiling() and g.device.type != "meta" and not bool(torch.isfinite(g).all()):
             raise ValueError(f"{arg} contains non-finite entries (NaN or inf)")
 
     def _check_points(self, x: Tensor, arg: str) -> None:
@@ -303,7 +312,7 @@ class LieGroup(ABC):
             raise ValueError(
                 f"{arg} must have trailing dimension {n} ({self.name} acts on R^{n}), "
                 f"got shape {tuple(x.shape)}")
-        if not _is_compiling() and not bool(torch.isfinite(x).all()):
+        if not _is_compiling() and x.device.type != "meta" and not bool(torch.isfinite(x).all()):
             raise ValueError(f"{arg} contains non-finite entries (NaN or inf)")
 
     def __repr__(self) -> str:
@@ -317,8 +326,13 @@ class LieGroup(ABC):
 
 
 def _is_compiling() -> bool:
+    """True under ``torch.compile`` / ``torch.export`` and while a ``FakeTensorMode`` is active:
+    tensor values cannot be read, so checks that read them are left out and data-dependent
+    steps take their traceable forms."""
     try:
-        return torch.compiler.is_compiling()
+        if torch.compiler.is_compiling():
+            return True
+        return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
     except AttributeError:  # pragma: no cover
         return False
 

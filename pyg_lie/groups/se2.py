@@ -7,6 +7,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from .. import _checks
 from .._gather import select
 from ._safe import cosc, half_cot_half, sinc
 from .base import CUT_TOL, ROTATION_CHORD, LieGroup, LogNormEmbedding, batch_shape, homogeneous, rot2
@@ -90,9 +91,12 @@ class SE2(LieGroup):
         if g.dim() != 3:
             return super().relative_log(g, edge_index, one_sided_cut)
         self._check_mat(g, "g")
-        xi = _native_relative_log(g, edge_index, one_sided_cut)
+        _checks.edge_index(edge_index)
+        edge_index = _checks.plain_index("edge_index", edge_index)
+        xi = _native_relative_log(g, edge_index, one_sided_cut)  # checks the range itself
         if xi is not None:
             return xi
+        _checks.index_range("edge_index", edge_index, g.shape[0])
         rows = g[:, :2, :].reshape(g.shape[0], 6).t().contiguous()  # (6, N): R00 R01 t0 R10 R11 t1
         a00, a01, a02, a10, a11, a12 = select(rows, 1, edge_index[1])  # target i
         b00, b01, b02, b10, b11, b12 = select(rows, 1, edge_index[0])  # source j

@@ -536,8 +536,12 @@ class _TokenTransformer(nn.Module):
 
     def _pool(self, p: Tensor, weight: Tensor, batch: Tensor, num_segments: int) -> Tensor:
         """One-step weighted Frechet mean of proposals ``p (N, m, m)`` per segment of ``batch``
-        (``num_segments`` segments)."""
+        (``num_segments`` segments). A segment without tokens (a graph id that ``batch``
+        skips, or ``num_segments`` beyond its last id) predicts the group's identity, and one
+        whose weights are all zero (every proposal outside the chart) its anchor proposal."""
         N, B = p.shape[0], num_segments
+        if N == 0:
+            return self.group.identity(B, dtype=p.dtype, device=p.device)
         wmax = scatter(weight, batch, dim=0, dim_size=B, reduce="max")
         idx = torch.arange(N, device=p.device)
         cand = torch.where(weight == wmax[batch], idx, torch.full_like(idx, N))
@@ -548,7 +552,11 @@ class _TokenTransformer(nn.Module):
         a = weight if valid is None else weight * valid.to(weight.dtype)
         num = scatter(a[:, None] * r, batch, dim=0, dim_size=B, reduce="sum")
         den = scatter(a, batch, dim=0, dim_size=B, reduce="sum")
-        return self.group.compose(pa, self.group.exp(num / den[:, None]))
+        mean = num / den.clamp_min(torch.finfo(den.dtype).tiny)[:, None]  # num = 0 where den = 0: the anchor
+        out = self.group.compose(pa, self.group.exp(mean))
+        tokens = scatter(torch.ones_like(weight), batch, dim=0, dim_size=B, reduce="sum")
+        eye = torch.eye(out.shape[-1], dtype=out.dtype, device=out.device)
+        return torch.where((tokens == 0)[:, None, None], eye, out)
 
     def num_score_parameters(self) -> int:
         """Parameters of the attention scores only (the paper's "score params")."""

@@ -17,7 +17,7 @@ element-wise atomic loops (measured: a compiled block's backward 30 ms against
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
 import torch
@@ -76,6 +76,9 @@ class CSRStructure:
             blocks of a batched matrix, and SDDMM / SpMM are batched matrix products.
             Built under ``torch.compile``, ``degree`` and ``complete`` stay 0 / False
             (their tests depend on the data); pass a structure built outside instead.
+        checked: True for structures of :meth:`build`; a structure made directly has its
+            indices and pointer checked once when made (``ValueError`` if ``row`` or ``col``
+            leave ``[0, num_nodes)`` or ``crow`` is not a pointer of the edges).
     """
 
     perm: "Tensor | None"
@@ -89,6 +92,28 @@ class CSRStructure:
     crow_t: "Tensor | None" = None
     col_t: "Tensor | None" = None
     iperm_t: "Tensor | None" = None
+    checked: bool = field(default=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.checked or _is_compiling():
+            return
+        E = self.col.numel()
+        self.row = checks.index_tensor("row", self.row, self.num_nodes)
+        self.col = checks.index_tensor("col", self.col, self.num_nodes)
+        self.crow = checks.pointer("crow (the CSR row pointer)", self.crow, E, self.num_nodes)
+        if self.row.shape != (E,) or self.col.shape != (E,) or (self.perm is not None and self.perm.shape != (E,)):
+            raise ValueError(f"row, col and perm must have one entry per edge ({E})")
+        if self.perm is not None:
+            self.perm = checks.index_tensor("perm", self.perm, E, "edge")
+        self.checked = True
+
+    def check(self, num_nodes: int, num_edges: int) -> None:
+        """``ValueError`` naming ``csr`` unless this structure has ``num_nodes`` nodes and
+        ``num_edges`` edges (O(1): for a structure passed along with ``edge_index``)."""
+        if self.num_nodes != num_nodes or self.col.numel() != num_edges:
+            raise ValueError(f"csr: the CSRStructure has {self.num_nodes} nodes and {self.col.numel()} edges but "
+                             f"the input {num_nodes} nodes and {num_edges} edges; pass "
+                             f"csr=CSRStructure.build(edge_index, num_nodes) of these edges")
 
     @classmethod
     def build(cls, edge_index: Tensor, num_nodes: int, transpose: bool = False) -> "CSRStructure":
@@ -100,7 +125,8 @@ class CSRStructure:
         copied into a plain tensor). ``ValueError`` naming ``edge_index`` if an index lies
         outside ``[0, num_nodes)``: checked while scanning sorted edges, else by one
         ``aminmax`` (left out under ``torch.compile``)."""
-        compiling = _is_compiling()
+        # under a fake mode and for meta tensors, no data-dependent steps either
+        compiling = _is_compiling() or edge_index.device.type == "meta"
         if not compiling:
             num_nodes = checks.nonnegative_int("num_nodes", num_nodes)
         checks.edge_index(edge_index)
@@ -118,10 +144,10 @@ class CSRStructure:
                 src, dst = src.index_select(0, perm), dst.index_select(0, perm)
             crow = _row_pointer(dst, num_nodes)
             if compiling:
-                return cls(perm, dst, src, crow, num_nodes)  # the transpose: built where needed
+                return cls(perm, dst, src, crow, num_nodes, checked=True)  # the transpose: built where needed
             scanned = (crow, *_degree_and_complete(crow, src, dst, num_nodes))
         crow, degree, complete = scanned
-        out = cls(perm, dst, src, crow, num_nodes, degree, complete)
+        out = cls(perm, dst, src, crow, num_nodes, degree, complete, checked=True)
         if transpose and not complete:
             out.parts(True)
         return out

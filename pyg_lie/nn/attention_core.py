@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.utils import scatter, softmax
 
+from .. import _checks as checks
 from .._gather import select
 from ..groups.base import _is_compiling
 from . import _native
@@ -29,6 +30,7 @@ def edge_attention(
     normalization: str = "softmax",
     ptr: Optional[Tensor] = None,
     degree: int = 0,
+    validate: bool = True,
 ) -> Tensor:
     """Normalise per-edge scores over each target's neighbourhood.
 
@@ -45,6 +47,11 @@ def edge_attention(
         degree: with ``ptr``, the common in-degree ``K > 0`` of every target: the
             normalisation is then a dense one over ``(H, num_nodes, K)`` (no scatter; a
             view when ``score`` is an ``(E, H)`` view of heads-first storage).
+        validate: check the values of ``ptr`` (``ptr[0] = 0``, ``ptr[-1] = E``,
+            non-decreasing; a ``ValueError`` naming ``ptr`` otherwise): one pass over the
+            pointer and one device sync per call, left out under ``torch.compile``. Pass
+            ``validate=False`` in a hot loop whose pointer is known to be right (a
+            :class:`~pyg_lie.nn._sparse_ops.CSRStructure`'s ``crow``).
 
     Returns:
         ``(E, H)`` attention weights.
@@ -55,6 +62,13 @@ def edge_attention(
         if ptr.dim() != 1 or ptr.numel() != num_nodes + 1:
             raise ValueError(f"ptr must be the CSR pointer of the targets, shape ({num_nodes + 1},) "
                              f"(num_nodes + 1), got {tuple(ptr.shape)}")
+        E = score.shape[0] if score.dim() else 0
+        if index.dim() != 1 or index.numel() != E:
+            raise ValueError(f"index must hold the target of each of the {E} edges, got shape {tuple(index.shape)}")
+        ptr = checks.pointer("ptr", ptr, E, num_nodes, validate=validate)
+        index = checks.plain_index("index", index)
+        if degree > 0 and E != num_nodes * degree:
+            raise ValueError(f"degree={degree} with {num_nodes} targets needs {num_nodes * degree} edges, got {E}")
         if degree > 0 and score.dim() == 2:
             st = score.t().reshape(score.shape[1], -1, degree)  # (H, N, K)
             return dense_edge_attention(st, dim=-1, normalization=normalization).reshape(score.shape[1], -1).t()
@@ -227,7 +241,7 @@ def csr_edge_attention(s: CSRStructure, score: Tensor, v: Tensor, normalization:
     """
     # score.t() leads: the weights keep the (H, E) memory order the sorted normalisation reduces along
     w = edge_attention(score.t(), s.row, v.shape[0], normalization=normalization, ptr=s.crow,
-                       degree=s.degree).t().contiguous()
+                       degree=s.degree, validate=False).t().contiguous()
     wd = F.dropout(w, p=dropout, training=True) if training and dropout > 0 else w
     return csr_aggregate(s, wd, v), w
 
@@ -249,6 +263,11 @@ def csr_softmax_attention(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: T
     Elsewhere, and for gradients of gradients, the unfused operators
     (:func:`~._sparse_ops.csr_scores`, :func:`csr_edge_attention`) compute it.
     """
+    s.check(q.shape[0], s.col.numel())
+    if l.shape != (q.shape[1], s.col.numel()):
+        raise ValueError(f"the location scores must have shape (H, E) = {(q.shape[1], s.col.numel())}, one per "
+                         f"head and edge of the structure, got {tuple(l.shape)} (location features of another "
+                         f"length, e.g. a rel_log that is not of these edges?)")
     if not _is_compiling() and not s.complete and _native.csr_attention_supported(q, k, v, l):
         return _CSRSoftmaxAttention.apply(q, k, v, l, s)
     return _unfused_csr_attention(s, q, k, v, l)

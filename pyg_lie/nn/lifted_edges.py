@@ -30,6 +30,7 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor
 
+from .. import _checks
 from .._checks import batch_vector, nonnegative_float, optional_length, positive_int
 from ..groups import LieGroup
 from . import _native
@@ -55,6 +56,7 @@ def full_graph(batch: Tensor, loop: bool = True) -> Tensor:
     Returns:
         ``(2, sum_b n_b^2)`` edge index sorted by target then source.
     """
+    batch = _checks.plain_index("batch", batch)
     N = batch.numel()
     device = batch.device
     if N == 0:
@@ -94,13 +96,21 @@ def expand_edges(edge_index: Tensor, num_points: int, K: int) -> Tensor:
     """Expand base edges to all ``K x K`` lift pairs.
 
     Args:
-        edge_index: ``(2, E)`` base edges sorted by target.
-        num_points: ``N`` (unused except for validation).
-        K: lifts per point (lifted node ``i K + a``).
+        edge_index: ``(2, E)`` base edges sorted by target, indices in ``[0, num_points)``.
+        num_points: ``N``.
+        K: lifts per point (lifted node ``i K + a``), a positive int.
 
     Returns:
-        ``(2, E K^2)`` lifted edges sorted by lifted target, then source.
+        ``(2, E K^2)`` int64 lifted edges sorted by lifted target, then source.
+
+    Raises:
+        ValueError: ``K`` or ``num_points`` is not a positive / non-negative int, an index
+            lies outside ``[0, num_points)``, or the edges are not sorted by target.
     """
+    K = positive_int("K", K)
+    num_points = _checks.nonnegative_int("num_points", num_points)
+    _checks.edge_index(edge_index)
+    edge_index = _checks.index_tensor("edge_index", edge_index, num_points, "point")
     if K == 1:
         return edge_index
     src, dst = edge_index
@@ -108,6 +118,9 @@ def expand_edges(edge_index: Tensor, num_points: int, K: int) -> Tensor:
     E = src.numel()
     if E == 0:
         return edge_index.new_empty(2, 0)
+    if not torch.compiler.is_compiling() and bool((dst[1:] < dst[:-1]).any()):
+        raise ValueError("edge_index must be sorted by target (row 1); sort it first, e.g. with "
+                         "torch_geometric.utils.sort_edge_index(edge_index, sort_by_row=False)")
     deg = torch.bincount(dst, minlength=num_points)
     ptr = _pointer(deg)  # first base edge of each target, and E
     if device.type == "cpu" and _native.available():  # one pass in C

@@ -190,8 +190,17 @@ class S2AttentionConv(MessagePassing):
 
     @staticmethod
     def build_plan(edge_index: Tensor, num_src: int, num_dst: int) -> NeighborhoodPlan:
-        """Precompute the degree-grouped (fused CSR) layout of a fixed graph, for ``forward(plan=...)``."""
-        return NeighborhoodPlan.from_edge_index(edge_index, num_src, num_dst)
+        """Precompute the degree-grouped (fused CSR) layout of a fixed graph, for ``forward(plan=...)``.
+
+        ``edge_index`` is any integer ``(2, E)`` tensor (PyG's ``EdgeIndex`` included) with
+        sources in ``[0, num_src)`` and targets in ``[0, num_dst)``; ``ValueError`` otherwise."""
+        num_src = checks.nonnegative_int("num_src", num_src)
+        num_dst = checks.nonnegative_int("num_dst", num_dst)
+        checks.edge_index(edge_index)
+        ei = checks.plain_index("edge_index", edge_index)
+        checks.index_range("edge_index[0]", ei[0], num_src, "source")
+        checks.index_range("edge_index[1]", ei[1], num_dst, "target")
+        return NeighborhoodPlan.from_edge_index(ei, num_src, num_dst)
 
     def _check_isolated(self, edge_index: Tensor, num_dst: int, plan: Optional[NeighborhoodPlan]) -> None:
         if not self.warn_isolated or torch.compiler.is_compiling():

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
+from .. import _checks
 from ..nn._sparse_ops import CSRStructure, csr_scores, to_edge_order
 from ..nn.attention_core import csr_edge_attention, edge_attention
 from .field_type import FieldType
@@ -157,11 +158,21 @@ class EquivariantSelfAttention(MessagePassing):
     def forward(self, x: Tensor, edge_index: Tensor, return_attention_weights: bool = False,
                 csr: Optional[CSRStructure] = None):
         """``csr`` optionally passes ``CSRStructure.build(edge_index, N)``, built once for a
-        stack of layers on the same graph (fused path only)."""
-        if self.fused is not False and self.equal_heads:
+        stack of layers on the same graph (fused path only).
+
+        ``ValueError`` if ``x`` is not ``(N, V.dim)`` floating point or ``edge_index`` is not
+        an integer ``(2, E)`` tensor of indices in ``[0, N)`` (one ``aminmax``, left out
+        under ``torch.compile``)."""
+        if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[1] != self.field_type.dim:
+            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape (N, {self.field_type.dim}) (the field type's dimension), got {got}")
+        _checks.floating("x", x)
+        _checks.edge_index(edge_index)
+        if self.fused is not False and self.equal_heads:  # CSRStructure.build checks the indices
             return self._forward_fused(x, edge_index, return_attention_weights, csr)
+        plain = _checks.index_tensor("edge_index", edge_index, x.shape[0])
         q, k, v = self.q(x), self.k(x), self.v(x)
-        out = self.propagate(edge_index, q=q, k=k, v=v, size=None)
+        out = self.propagate(plain, q=q, k=k, v=v, size=None)
         out = self.o(out)
         alpha, self._alpha = self._alpha, None
         if return_attention_weights:

@@ -248,12 +248,17 @@ def test_attention_bad_inputs():
         ops.csr_attention(q, k, v, crow, col, l, b[:-1])
     with pytest.raises(ValueError, match="crow must have num_nodes \\+ 1"):
         ops.csr_attention(q, k, v, crow[:-1], col)
-    with pytest.raises(ValueError, match="col must hold source indices"):
+    with pytest.raises(ValueError, match="col must hold indices in"):
         ops.csr_attention(q, k, v, crow, torch.full_like(col, 4))
     bad = crow.clone()
     bad[-1] += 1
     with pytest.raises(ValueError, match="crow must be a CSR row pointer"):
         ops.csr_attention(q, k, v, bad, col)
+    crow_t, col_t, perm_t = ops.transpose_csr(crow, col, 4)
+    with pytest.raises(ValueError, match="transpose: col_t must hold indices in"):
+        ops.csr_attention(q, k, v, crow, col, transpose=(crow_t, col_t + 4, perm_t))
+    with pytest.raises(ValueError, match="transpose: perm_t must hold edge positions"):
+        ops.csr_attention(q, k, v, crow, col, transpose=(crow_t, col_t, perm_t - 1))
 
 
 def test_attention_accepts_tensor_subclasses():

@@ -17,8 +17,8 @@ import torch
 from torch import Tensor
 
 from . import _backend
-from ._common import (check_csr, float32_under_autocast, float_tensor, index_tensor, plain, rows_of,
-                      same_device, same_dtype, transpose_csr)
+from ._common import (check_csr, check_csr_values, float32_under_autocast, float_tensor, index_tensor, plain,
+                      rows_of, same_device, same_dtype, transpose_csr)
 
 __all__ = ["csr_attention", "csr_softmax_attention", "composite_attention", "composite_attention_backward"]
 
@@ -177,8 +177,8 @@ float32_under_autocast(_attention_op, _attention_backward_op)
 
 # ---------------------------------------------------------------------------------- entry points
 def csr_attention(q: Tensor, k: Tensor, v: Tensor, crow: Tensor, col: Tensor, l: Optional[Tensor] = None,
-                  b: Optional[Tensor] = None, *, transpose: Optional[Tuple[Tensor, Tensor, Tensor]] = None
-                  ) -> Tuple[Tensor, Tensor]:
+                  b: Optional[Tensor] = None, *, transpose: Optional[Tuple[Tensor, Tensor, Tensor]] = None,
+                  validate: Optional[bool] = None) -> Tuple[Tensor, Tensor]:
     r"""Multi-head softmax attention on target-sorted CSR edges, fused (see the module doc).
 
     Args:
@@ -192,6 +192,10 @@ def csr_attention(q: Tensor, k: Tensor, v: Tensor, crow: Tensor, col: Tensor, l:
         transpose: optional ``(crow_t, col_t, perm_t)`` of the transposed pattern (rows =
             sources; see :func:`pyg_lie.ops._common.transpose_csr`) for the backward kernels;
             built in the backward when not given.
+        validate: check the values of ``crow`` and ``col`` (a row pointer from 0 to ``E``,
+            sources in range), so that no kernel reads out of bounds: ``None`` (default) checks
+            CPU tensors only (on a GPU the check costs a device synchronisation); pass ``True``
+            for CUDA patterns of unknown origin.
 
     Returns:
         ``(out (N, H, D), w (H, E))``. Differentiable in ``q, k, v, l, b``, twice.
@@ -212,11 +216,19 @@ def csr_attention(q: Tensor, k: Tensor, v: Tensor, crow: Tensor, col: Tensor, l:
     if b is not None and b.shape not in ((E,), (H, E)):
         raise ValueError(f"b must be (E,) = {(E,)} or (H, E) = {(H, E)}, got {tuple(b.shape)}")
     check_csr(crow, col, N, k.shape[0])
+    validate = validate or (validate is None and crow.device.type == "cpu")
+    if validate:
+        check_csr_values(crow, col, k.shape[0])
     crow_t = col_t = perm_t = None
     if transpose is not None:
         crow_t, col_t, perm_t = (index_tensor(n, t) for n, t in zip(("crow_t", "col_t", "perm_t"), transpose))
+        same_device(crow=crow, crow_t=crow_t, col_t=col_t, perm_t=perm_t)
         if crow_t.numel() != k.shape[0] + 1 or col_t.numel() != E or perm_t.numel() != E:
             raise ValueError("transpose must be (crow_t (M + 1,), col_t (E,), perm_t (E,)) of the transposed pattern")
+        if validate:
+            check_csr_values(crow_t, col_t, N, names=("transpose: crow_t", "transpose: col_t"))
+            if E and bool((perm_t < 0).any() | (perm_t >= E).any()):
+                raise ValueError(f"transpose: perm_t must hold edge positions in [0, {E})")
     return _attention_op(q, k, v, l, b, crow, col, crow_t, col_t, perm_t)
 
 

@@ -189,7 +189,8 @@ def main(argv=None) -> int:
     (out / "gpu_check.json").write_text(json.dumps(info, indent=2))
     lines = [f"device: {info['device']}, torch {info['torch']}, triton {info['triton']}; forward + backward, "
              f"median of {args.repeats}", "",
-             "| case | size | composite ms | triton ms | speedup | module ms | peak MiB (comp / triton) | max abs diff |",
+             "| case | size | composite ms | triton ms | speedup | module ms | peak MiB (comp / triton) "
+             "| max abs diff |",
              "|---|---|---|---|---|---|---|---|"]
     for r in results:
         mod = f"{r['module_ms']:.3f}" if "module_ms" in r else "-"

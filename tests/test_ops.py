@@ -506,3 +506,18 @@ def test_cuda_mlp_bfloat16_autocast():
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 res[backend] = run_mlp(backend, module, x)
         assert_close_all(res["triton"], res["composite"], 1e-4)
+
+
+def test_autocast_runs_the_operators_in_float32():
+    ts, crow, col = attention_inputs(N=6, H=2, D=4, max_degree=4)
+    lin = torch.nn.Linear(4, 4)
+    x = torch.randn(10, 3, requires_grad=True)
+    seq = _mlps(torch.float32)[0]
+    res = {}
+    for backend in ("composite", "triton"):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            q = lin(ts[0])
+            assert q.dtype == torch.bfloat16
+            res[backend] = run_attention(backend, [q, *ts[1:]], crow, col) + run_mlp(backend, seq, x)
+    assert res["triton"][0].dtype == res["triton"][1].dtype == torch.float32
+    assert_close_all(res["triton"], res["composite"], 1e-2)

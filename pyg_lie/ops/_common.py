@@ -54,6 +54,14 @@ def same_device(**ts: Optional[Tensor]) -> torch.device:
     return first
 
 
+def autocasting(device: torch.device) -> bool:
+    """True inside ``torch.autocast`` for ``device`` (the operators then cast to float32)."""
+    try:
+        return torch.is_autocast_enabled(device.type)
+    except TypeError:  # torch without the device argument
+        return torch.is_autocast_enabled() if device.type == "cuda" else torch.is_autocast_cpu_enabled()
+
+
 def same_dtype(**ts: Optional[Tensor]) -> torch.dtype:
     dtypes = {name: t.dtype for name, t in ts.items() if t is not None}
     first_name, first = next(iter(dtypes.items()))

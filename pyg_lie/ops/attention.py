@@ -17,8 +17,8 @@ import torch
 from torch import Tensor
 
 from . import _backend
-from ._common import (check_csr, check_csr_values, float32_under_autocast, float_tensor, index_tensor, plain,
-                      rows_of, same_device, same_dtype, transpose_csr)
+from ._common import (autocasting, check_csr, check_csr_values, float32_under_autocast, float_tensor,
+                      index_tensor, plain, rows_of, same_device, same_dtype, transpose_csr)
 
 __all__ = ["csr_attention", "csr_softmax_attention", "composite_attention", "composite_attention_backward"]
 
@@ -204,8 +204,9 @@ def csr_attention(q: Tensor, k: Tensor, v: Tensor, crow: Tensor, col: Tensor, l:
     l = float_tensor("l", l, 2, optional=True)
     b = plain_bias(b)
     crow, col = index_tensor("crow", crow), index_tensor("col", col)
-    same_device(q=q, k=k, v=v, l=l, b=b, crow=crow, col=col)
-    same_dtype(q=q, k=k, v=v, l=l, b=b)
+    device = same_device(q=q, k=k, v=v, l=l, b=b, crow=crow, col=col)
+    if not autocasting(device):
+        same_dtype(q=q, k=k, v=v, l=l, b=b)
     N, H, D = q.shape
     if k.shape != v.shape or k.shape[1:] != q.shape[1:]:
         raise ValueError(f"k and v must be (M, H, D) with the (H, D) of q {tuple(q.shape)}, got k {tuple(k.shape)}, "

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import _backend
-from ._common import float32_under_autocast, float_tensor, plain, same_device, same_dtype
+from ._common import autocasting, float32_under_autocast, float_tensor, plain, same_device, same_dtype
 
 __all__ = ["mlp", "edge_mlp", "composite_mlp", "composite_mlp_backward"]
 
@@ -182,8 +182,9 @@ def mlp(x: Tensor, params: Sequence[Tensor], headwise: bool = False) -> Tensor:
     if not isinstance(params, (list, tuple)) or len(params) < 2 or len(params) % 2:
         raise ValueError("params must be a list [W_0, b_0, ..., W_L, b_L] of weights and biases")
     params = [plain(f"params[{i}]", p) for i, p in enumerate(params)]
-    same_device(x=x, **{f"params[{i}]": p for i, p in enumerate(params)})
-    same_dtype(x=x, **{f"params[{i}]": p for i, p in enumerate(params)})
+    device = same_device(x=x, **{f"params[{i}]": p for i, p in enumerate(params)})
+    if not autocasting(device):
+        same_dtype(x=x, **{f"params[{i}]": p for i, p in enumerate(params)})
     wd = 3 if headwise else 2
     prev = x.shape[1]
     H = params[0].shape[0] if headwise and params[0].dim() == 3 else 1

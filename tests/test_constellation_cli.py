@@ -200,3 +200,30 @@ def test_smoke_writes_a_result_file_and_learns(tmp_path):
     assert m["train_loss_last"] < m["train_loss_first"]
     assert m["test_acc"] > max(m["majority_baseline"], 1 / 3)
     assert (tmp_path / "results" / "constellation" / "smoke.learning_curves.png").is_file()
+
+
+def test_set_transformer_baseline_trains_and_is_not_rotation_invariant(tmp_path):
+    """`--model settransformer` (Table 1's baseline): permutation invariant, not SE(2)
+    invariant, trains, and its result file carries the paper's baseline row."""
+    import torch
+
+    from pyg_lie.experiments.results import load_result
+    net = exp.SetTransformerBaseline(1, 16, 12, num_layers=1, heads=2).double()
+    pos = torch.randn(10, 2, dtype=torch.float64)
+    x = torch.ones(10, 1, dtype=torch.float64)
+    batch = torch.tensor([0] * 6 + [1] * 4)
+    y = net(x, pos, batch, num_graphs=2)
+    perm = torch.cat([torch.randperm(6), 6 + torch.randperm(4)])
+    torch.testing.assert_close(net(x[perm], pos[perm], batch, num_graphs=2), y)
+    assert (net(x, pos + 1.0, batch, num_graphs=2) - y).abs().max() > 1e-3  # no translation invariance
+    argv = ["--model", "settransformer", "--num-train", "96", "--num-test", "48", "--hidden", "16",
+            "--layers", "1", "--heads", "2", "--batch-size", "16", "--lr", "3e-3", "--epochs", "6",
+            "--eval-every", "6", "--features", "pairwise_distances", "--invariance-clouds", "8", "--no-progress",
+            "--out", str(tmp_path / "run"), "--results-dir", str(tmp_path / "results")]
+    assert exp.main(_args(argv)) == 0
+    rec = load_result(tmp_path / "results", "constellation", "SetTransformer-uniform-aug-none")
+    m = rec["metrics"]
+    assert rec["paper"] == {"test_acc": 0.58, "test_SE2_acc": 0.44}
+    assert "layers 1 (paper 8)" in rec["setting"] and "(paper 1075k)" in rec["setting"]
+    assert m["train_loss_last"] < m["train_loss_first"] and m["test_acc"] > 1 / 3
+    assert m["inv_SE2"] > 1e-3

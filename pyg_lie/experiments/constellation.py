@@ -34,14 +34,18 @@ from ..cli.types import nonnegative_float, nonnegative_int, positive_float, posi
 
 __all__ = ["add_arguments", "main", "run_demo", "evaluate_accuracy", "invariance_error"]
 
-PAPER = {"T2": {"test": 0.75, "test_SE2": 0.63}, "SE2": {"test": 0.71, "test_SE2": 0.69}}
+PAPER = {"T2": {"test": 0.75, "test_SE2": 0.63}, "SE2": {"test": 0.71, "test_SE2": 0.69},
+         "SetTransformer": {"test": 0.58, "test_SE2": 0.44}}
 #: Table 1 accuracies by (model, training augmentation): D_train, D_train^SE2 (the paper's rows we have)
 PAPER_TABLE1 = {
     ("T2", "none"): {"test_acc": 0.75, "test_SE2_acc": 0.63},
     ("T2", "SE2"): {"test_SE2_acc": 0.70},
     ("SE2", "none"): {"test_acc": 0.71, "test_SE2_acc": 0.69},
     ("SE2", "SE2"): {"test_SE2_acc": 0.72},
+    ("SetTransformer", "none"): {"test_acc": 0.58, "test_SE2_acc": 0.44},
 }
+#: Appendix I.1: the SetTransformer baseline (8 encoder and 8 decoder blocks, 4 heads, 1075k parameters)
+PAPER_SET_TRANSFORMER = {"layers": 8, "heads": 4}
 #: Appendix I.1: the paper's data, model and optimiser
 PAPER_SETTING = {"num_train": 10000, "num_test": 1000, "data": "official", "features": "constant",
                  "hidden": 128, "layers": 10, "heads": 8, "kernel_dim": 12, "lift_samples": 1,
@@ -51,6 +55,10 @@ PAPER_SETTING = {"num_train": 10000, "num_test": 1000, "data": "official", "feat
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..training.trainer import add_amp_argument
 
+    p.add_argument("--model", choices=["lietransformer", "settransformer"], default="lietransformer",
+                   help="the LieTransformer, or the paper's SetTransformer baseline (permutation invariant "
+                        "only; --hidden, --layers encoder and decoder blocks each, --heads; --group and the "
+                        "lift options are ignored)")
     p.add_argument("--group", choices=["T2", "SE2"], default="SE2", help="symmetry group of the model")
     p.add_argument("--lift", choices=["haar", "finite"], default="haar", help="Haar samples or C_K lift")
     p.add_argument("--lift-samples", type=positive_int, default=1, help="K, lifts per point")
@@ -150,11 +158,49 @@ class DistanceFeatureModel(torch.nn.Module):
         return self.net(pairwise_distance_features(pos, batch, self.width), pos, batch, num_graphs=num_graphs)
 
 
+class SetTransformerBaseline(torch.nn.Module):
+    """The paper's non-invariant baseline (Lee et al., 2019; Appendix I.1): each point's
+    features and raw coordinates embedded linearly, ``layers`` self-attention blocks, pooling
+    by multi-head attention onto one seed vector, ``layers`` more blocks on it, and a linear
+    read-out; no inducing points. Permutation invariant, neither translation nor rotation
+    invariant. The attention blocks are PyG's
+    :class:`~torch_geometric.nn.aggr.SetTransformerAggregation`.
+
+    ``forward(x, pos, batch, num_graphs) -> (num_graphs, out_channels)`` like the LieTransformer.
+    """
+
+    def __init__(self, in_channels: int, hidden_channels: int, out_channels: int, num_layers: int = 2,
+                 heads: int = 4, pos_dim: int = 2):
+        super().__init__()
+        from torch_geometric.nn.aggr import SetTransformerAggregation
+        if hidden_channels % heads:
+            raise ValueError(f"hidden_channels ({hidden_channels}) must be a multiple of heads ({heads})")
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1 for the SetTransformer, got {num_layers}")
+        self.embed = torch.nn.Linear(in_channels + pos_dim, hidden_channels)
+        self.set = SetTransformerAggregation(hidden_channels, num_seed_points=1, num_encoder_blocks=num_layers,
+                                             num_decoder_blocks=num_layers, heads=heads, layer_norm=True)
+        self.out = torch.nn.Linear(hidden_channels, out_channels)
+
+    def forward(self, x: Tensor, pos: Tensor, batch: Optional[Tensor] = None,
+                num_graphs: Optional[int] = None) -> Tensor:
+        if batch is None:
+            batch = pos.new_zeros(pos.size(0), dtype=torch.long)
+        if num_graphs is None:
+            num_graphs = int(batch.max()) + 1 if batch.numel() else 0
+        h = self.embed(torch.cat([x.to(pos.dtype), pos], dim=-1))
+        return self.out(self.set(h, batch, dim_size=num_graphs))
+
+
 def build_model(args) -> torch.nn.Module:
     from ..models.lie_transformer import LieTransformer
     features = getattr(args, "features", "constant")
     width = MAX_POINTS[getattr(args, "data", "uniform")] - 1
     in_channels = 1 if features == "constant" else width
+    if getattr(args, "model", "lietransformer") == "settransformer":
+        torch.manual_seed(args.seed)
+        net = SetTransformerBaseline(in_channels, args.hidden, 12, num_layers=args.layers, heads=args.heads)
+        return net if features == "constant" else DistanceFeatureModel(net, width)
     net = LieTransformer(args.group, in_channels, args.hidden, 12, num_layers=args.layers, heads=args.heads,
                          lift_samples=args.lift_samples, radius=args.radius, lift=args.lift,
                          kernel_dim=args.kernel_dim, content=args.content, combine=args.combine,
@@ -298,13 +344,15 @@ def majority_baseline(train, test) -> float:
 
 def results_table(res: Dict) -> str:
     g = res["group"]
+    label = "SetTransformer" if g == "SetTransformer" else f"LieTransformer-{g}"
+    ours = label if g == "SetTransformer" else f"{label} ({res['lift']}, K={res['lift_samples']})"
     lines = [
         "| model | D_test | D_test^T2 | D_test^SE2 | exact (D_test) | inv. err T2 | inv. err SE2 |",
         "|---|---|---|---|---|---|---|",
-        f"| LieTransformer-{g} ({res['lift']}, K={res['lift_samples']}) | {res['test']['acc']:.3f} | "
+        f"| {ours} | {res['test']['acc']:.3f} | "
         f"{res['test_T2']['acc']:.3f} | {res['test_SE2']['acc']:.3f} | {res['test']['exact']:.3f} | "
         f"{res['inv_T2']:.2e} | {res['inv_SE2']:.2e} |",
-        f"| paper LieTransformer-{g} (D_train, official data) | {PAPER[g]['test']:.2f} | "
+        f"| paper {label} (D_train, official data) | {PAPER[g]['test']:.2f} | "
         f"{PAPER[g]['test']:.2f} | {PAPER[g]['test_SE2']:.2f} | | | |",
     ]
     if "baseline" in res:
@@ -394,11 +442,13 @@ def main(args) -> int:
     from ..training.logging import read_metrics
     rows = read_metrics(os.path.join(args.out, "metrics.csv"))
     title = f"LieTransformer-{args.group} ({args.lift}, K={args.lift_samples}), {args.num_train} train"
+    if args.model == "settransformer":
+        title = f"SetTransformer, {args.num_train} train"
     if args.data != "uniform":
         title += f", {args.data} data"
     plot_curves(rows, os.path.join(args.out, "learning_curves.png"), title)
 
-    res = {"group": args.group, "lift": args.lift, "lift_samples": args.lift_samples, "data": args.data,
+    res = {"group": args.group if args.model == "lietransformer" else "SetTransformer", "lift": args.lift, "lift_samples": args.lift_samples, "data": args.data,
            "epochs_done": int(rows[-1]["epoch"]) + 1 if rows else 0, "parameters": nparams,
            "num_train": args.num_train, "num_test": args.num_test}
     for split in ("test", "test_T2", "test_SE2"):
@@ -407,7 +457,7 @@ def main(args) -> int:
     res["inv_T2"] = invariance_error(model, data["test"], "T2", args.invariance_clouds, device=env.device)
     res["inv_SE2"] = invariance_error(model, data["test"], "SE2", args.invariance_clouds, device=env.device)
     plots = [os.path.join(args.out, "learning_curves.png")]
-    if args.group == "SE2" and args.invariance_lifts:
+    if args.group == "SE2" and args.invariance_lifts and args.model == "lietransformer":
         curve = invariance_curve(model, data["test"], args.invariance_lifts, args.invariance_clouds,
                                  device=env.device)
         res["invariance_curve"] = curve
@@ -447,12 +497,19 @@ def _record(args, res: Dict, rows: List[Dict[str, float]], plots: List[str]) -> 
     if curve:
         for K, h in zip(curve["lifts"], curve["haar"]):
             metrics[f"inv_SE2_haar_K{K}"] = h
-    paper = PAPER_TABLE1.get((args.group, args.augment), {})
+    model = res["group"]
+    paper = PAPER_TABLE1.get((model, args.augment), {})
     extra = [f"{res['epochs_done']} epochs (paper: until convergence)"]
-    if args.augment == "T2":
-        extra.append("the paper's D_train^T2 accuracies are not transcribed here")
-    setting = setting_text(vars(args), PAPER_SETTING, extra)
-    name = f"{args.group}-{args.data}-aug-{args.augment}"
+    if args.augment == "T2" or (model == "SetTransformer" and args.augment != "none"):
+        extra.append("the paper's accuracies of this row are not transcribed here")
+    reference = dict(PAPER_SETTING)
+    if model == "SetTransformer":
+        reference.update(PAPER_SET_TRANSFORMER)
+        for k in ("hidden", "kernel_dim", "lift_samples"):
+            reference.pop(k)
+        extra.append(f"{res['parameters']} parameters (paper 1075k)")
+    setting = setting_text(vars(args), reference, extra)
+    name = f"{model}-{args.data}-aug-{args.augment}"
     record_run(args, "constellation", name, ["train", "constellation"], metrics=metrics, paper=paper,
                setting=setting, wall_time_s=res["wall_time_s"], seed=args.seed, plots=plots,
                extra={"invariance_curve": curve} if curve else None)

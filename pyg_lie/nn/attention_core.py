@@ -18,7 +18,7 @@ from .._gather import select
 from ..groups.base import _is_compiling
 from . import _native
 from ._autocast import float32_under_autocast
-from ._sparse_ops import CSRStructure, csr_aggregate, csr_scores
+from ._sparse_ops import CSRStructure, _sddmm_op, _spmm_op, _transposed_spmm, csr_aggregate, csr_scores
 
 __all__ = ["edge_attention", "dense_edge_attention", "csr_edge_attention", "csr_softmax_attention"]
 
@@ -280,8 +280,9 @@ def _unfused_csr_attention(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: 
 
 class _CSRSoftmaxAttention(torch.autograd.Function):
     """:func:`csr_softmax_attention` by the native kernels; the backward recomputes nothing
-    (it reads the forward's weights) and falls back to the unfused operators when a
-    differentiable gradient is asked for (``create_graph``)."""
+    (it reads the forward's weights). When a differentiable gradient is asked for
+    (``create_graph``), :func:`_csr_attention_grad` writes the same gradient with the
+    differentiable SDDMM / SpMM operators instead."""
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, l: Tensor, s: CSRStructure):
@@ -300,17 +301,45 @@ class _CSRSoftmaxAttention(torch.autograd.Function):
         s = ctx.s
         if g is None and gw is None:
             return None, None, None, None, None
-        if torch.is_grad_enabled():  # create_graph=True: differentiate the unfused operators
-            # on the saved inputs themselves, so that the gradients stay functions of them
-            xs = (q, k, v, l)
-            wanted = [x for x, need in zip(xs, ctx.needs_input_grad) if need]
-            outs = _unfused_csr_attention(s, *xs)
-            pairs = [(o, go) for o, go in zip(outs, (g, gw)) if go is not None]
-            grads = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [go for _, go in pairs],
-                                             create_graph=True, allow_unused=True))
-            return (*(next(grads) if need else None for need in ctx.needs_input_grad[:4]), None)
+        if torch.is_grad_enabled():  # create_graph=True: the closed form with differentiable ops
+            return (*_csr_attention_grad(s, q, k, v, l, g, gw, ctx.needs_input_grad[:4]), None)
         _, _, crow_t, col_t, perm_t, _ = s.parts(True)
         if g is None:
             g = torch.zeros_like(q)
         gq, gk, gv, gl = _native.csr_attention_backward(q, k, v, w, g, gw, s.crow, s.col, crow_t, col_t, perm_t)
         return gq, gk, gv, gl, None
+
+
+def _csr_attention_grad(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: Tensor, g: Optional[Tensor],
+                        gw: Optional[Tensor], needs) -> Tuple[Optional[Tensor], ...]:
+    r"""Gradients ``(gq, gk, gv, gl)`` of :func:`csr_softmax_attention` (``None`` where not in
+    ``needs``) for the output gradients ``g (N, H, D)`` and ``gw (H, E)`` (either ``None``),
+    written with operators whose derivatives are closed-form (SDDMM, SpMM, gathers and a
+    scatter softmax), so that a gradient of this gradient costs one more backward pass and
+    never re-enters the attention or autograd:
+
+    .. math::
+        \bar w = \bar w_{in} + \mathrm{SDDMM}(g, v), \quad
+        \bar s_e = w_e \big(\bar w_e - \textstyle\sum_{e' \to i} w_{e'} \bar w_{e'}\big), \quad
+        \bar q = \mathrm{SpMM}(\bar s, k), \quad \bar k = \mathrm{SpMM}^T(\bar s, q), \quad
+        \bar v = \mathrm{SpMM}^T(w, g), \quad \bar l = \bar s .
+    """
+    p = s.parts(True)
+    N = q.shape[0]
+    w = softmax((_sddmm_op(q, k, *p) + l).t(), s.row, num_nodes=N, dim=0).t()  # (H, E), recomputed
+    gq = gk = gv = None
+    gbar = gw
+    if g is not None:
+        gs = _sddmm_op(g, v, *p)
+        gbar = gs if gbar is None else gbar + gs
+        if needs[2]:
+            gv = _transposed_spmm(w, g, p)
+    if gbar is None:
+        return None, None, None, None
+    wg = w * gbar
+    gscore = wg - w * select(scatter(wg, s.row, dim=1, dim_size=N, reduce="sum"), 1, s.row)
+    if needs[0]:
+        gq = _spmm_op(gscore, k, *p)
+    if needs[1]:
+        gk = _transposed_spmm(gscore, q, p)
+    return gq, gk, gv, (gscore if needs[3] else None)

@@ -1,0 +1,158 @@
+"""PyG tooling on pyg_lie: ``torch_geometric.nn.summary`` of every model family, and PyG's radius
+search (``T.RadiusGraph``, ``nn.radius_graph``, ``nn.radius``) through ``pyg_lie.interop.pyg``."""
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch_geometric.transforms as T
+from torch_geometric.data import Batch, Data
+from torch_geometric.nn import radius as pyg_radius
+from torch_geometric.nn import radius_graph as pyg_radius_graph
+from torch_geometric.nn import summary
+
+from pyg_lie import neighbors
+from pyg_lie.groups import SE2
+from pyg_lie.interop.pyg import install_pyg_radius
+
+pytest.importorskip("tabulate")
+
+
+def _check_summary(model, *inputs, layers=()):
+    text = summary(model, *inputs)
+    rows = [r for r in text.splitlines() if r.startswith("|")]
+    total = sum(p.numel() for p in model.parameters())
+    assert type(model).__name__ in rows[2] and f"{total:,}" in rows[2], rows[2]
+    for name in layers:
+        assert any(name in r for r in rows), (name, text)
+    return text
+
+
+def test_summary_lie_transformer():
+    from pyg_lie.models import LieTransformer
+    model = LieTransformer("SE2", 1, 16, 4, num_layers=2, heads=2, lift_samples=2)
+    pos, batch = torch.randn(20, 2), torch.arange(2).repeat_interleave(10)
+    text = _check_summary(model, torch.randn(20, 1), pos, batch, layers=("LieTransformerBlock", "LieSelfAttention"))
+    assert "[2, 4]" in text  # the per-graph output
+
+
+def test_summary_lie_algebra_transformer():
+    from pyg_lie.models import LieAlgebraTransformer
+    model = LieAlgebraTransformer("SE2", 16, 2, 2)
+    _check_summary(model, SE2().random(12), None, torch.arange(2).repeat_interleave(6),
+                   layers=("LieAlgebraAttention",))
+
+
+def test_summary_equivariant_vit():
+    from pyg_lie.models import EquivariantViT
+    model = EquivariantViT("C4", img_size=8, patch_size=4, num_classes=3, depth=1, heads=1, channels=1)
+    _check_summary(model, torch.randn(2, 3, 8, 8), layers=("EquivariantSelfAttention",))
+
+
+class _S2Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        from pyg_lie.nn import S2AttentionConv
+        self.conv1 = S2AttentionConv(4, 8, heads=2)
+        self.conv2 = S2AttentionConv(8, 8, heads=2)
+        self.out = torch.nn.Linear(8, 1)
+
+    def forward(self, x, edge_index, quad_weights):
+        x = self.conv1(x, edge_index, quad_weights).relu()
+        return self.out(self.conv2(x, edge_index, quad_weights))
+
+
+def test_summary_s2_attention_model():
+    torch.manual_seed(0)
+    pos = torch.nn.functional.normalize(torch.randn(40, 3), dim=-1)
+    edge_index = neighbors.geodesic_radius_graph(pos, 1.0, loop=True)
+    w = torch.full((40,), 4 * math.pi / 40)
+    _check_summary(_S2Net(), torch.randn(40, 4), edge_index, w, layers=("S2AttentionConv",))
+
+
+# ----------------------------------------------------------------- radius search
+def _brute(x, y, r, bx, by, k, drop_same):
+    """``[source; target]`` sorted by (target, source): each target's k nearest within r."""
+    d2 = (x.double()[:, None] - y.double()[None]).pow(2).sum(-1)  # (Nx, Ny)
+    src, tgt = [], []
+    for i in range(y.size(0)):
+        cand = [j for j in range(x.size(0)) if bx[j] == by[i] and d2[j, i] <= r * r and not (drop_same and i == j)]
+        cand = sorted(cand, key=lambda j: (float(d2[j, i]), j))[:k]
+        for j in sorted(cand):
+            src.append(j)
+            tgt.append(i)
+    return torch.tensor([src, tgt], dtype=torch.long).view(2, -1)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _installed():
+    assert install_pyg_radius()
+
+
+def _cloud_batch(seed, sizes=(30, 1, 45, 12), d=3):
+    g = torch.Generator().manual_seed(seed)
+    return Batch.from_data_list([Data(pos=torch.rand(n, d, generator=g)) for n in sizes])
+
+
+@pytest.mark.parametrize("loop", [False, True])
+@pytest.mark.parametrize("k", [32, 4, 1, 0])
+def test_radius_graph_transform_equals_pyg_lie(loop, k):
+    for seed in range(3):
+        data = _cloud_batch(seed)
+        got = T.RadiusGraph(0.35, loop=loop, max_num_neighbors=k)(data.clone()).edge_index
+        want = neighbors.radius_graph(data.pos, 0.35, data.batch, loop=loop, max_num_neighbors=k)
+        assert torch.equal(got, want)
+        assert torch.equal(got, _brute(data.pos, data.pos, 0.35, data.batch, data.batch, k, not loop))
+        counts = torch.bincount(got[1], minlength=data.num_nodes)
+        assert int(counts.max()) <= k
+        if loop and k > 0:
+            assert bool((got[0] == got[1]).sum() == data.num_nodes)  # the self loop is always nearest
+
+
+def test_truncation_bites_and_flow():
+    data = _cloud_batch(7, sizes=(200,), d=2)
+    full = pyg_radius_graph(data.pos, 0.3, data.batch, max_num_neighbors=10 ** 6)
+    cut = pyg_radius_graph(data.pos, 0.3, data.batch, max_num_neighbors=32)
+    assert int(torch.bincount(full[1]).max()) > 32 >= int(torch.bincount(cut[1]).max())
+    back = pyg_radius_graph(data.pos, 0.3, data.batch, max_num_neighbors=32, flow="target_to_source")
+    assert torch.equal(back, cut.flip(0))
+    # an unbatched cloud: one graph
+    assert torch.equal(T.RadiusGraph(0.3, max_num_neighbors=10 ** 6)(Data(pos=data.pos)).edge_index, full)
+
+
+def test_bipartite_radius_and_ignore_same_index():
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.rand(60, 3, generator=g), torch.rand(25, 3, generator=g)
+    bx, by = torch.arange(60) // 20, torch.arange(25) // 9
+    for k in (32, 3):
+        got = pyg_radius(x, y, 0.4, bx, by, max_num_neighbors=k)  # row 0 indexes y
+        assert torch.equal(got.flip(0), _brute(x, y, 0.4, bx, by, k, False))
+    # a different y of the same size: ignore_same_index drops i == j before the truncation
+    y2 = torch.rand(60, 3, generator=g)
+    got = torch.ops.pyg.radius(x, y2, None, None, 0.5, 3, 1, True)
+    assert torch.equal(got.flip(0), _brute(x, y2, 0.5, [0] * 60, [0] * 60, 3, True))
+
+
+def test_bad_ptr_is_named():
+    x = torch.rand(5, 2)
+    with pytest.raises(ValueError, match="ptr_x must rise from 0"):
+        torch.ops.pyg.radius(x, x, torch.tensor([0, 3]), torch.tensor([0, 5]), 0.5, 4, 1, True)
+
+
+def test_install_is_idempotent_and_yields_to_an_existing_op():
+    import torch_geometric.typing
+    assert install_pyg_radius() and install_pyg_radius()
+    assert torch_geometric.typing.WITH_RADIUS
+    # another pyg::radius registered first (as pyg-lib's would be) is left in place
+    code = (
+        "import torch, torch_geometric.typing as t\n"
+        "lib = torch.library.Library('pyg', 'FRAGMENT')\n"
+        "from pyg_lie.interop.pyg import SCHEMA, install_pyg_radius\n"
+        "lib.define('radius' + SCHEMA)\n"
+        "lib.impl('radius', lambda x, *a: torch.full((2, 1), 7), 'CompositeExplicitAutograd')\n"
+        "assert install_pyg_radius() is False and t.WITH_RADIUS is False\n"
+        "assert torch.ops.pyg.radius(torch.zeros(2, 2), torch.zeros(2, 2)).tolist() == [[7], [7]]\n"
+        "print('kept')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "kept" in out.stdout, out.stderr[-2000:]

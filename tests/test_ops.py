@@ -521,3 +521,23 @@ def test_autocast_runs_the_operators_in_float32():
             res[backend] = run_attention(backend, [q, *ts[1:]], crow, col) + run_mlp(backend, seq, x)
     assert res["triton"][0].dtype == res["triton"][1].dtype == torch.float32
     assert_close_all(res["triton"], res["composite"], 1e-2)
+
+
+def test_empty_graphs_and_edge_sets():
+    seq = _mlps(torch.float32)[0]
+    for backend in ("composite", "triton"):
+        with ops.backend(backend):
+            # targets without any edge, then no targets at all
+            for N, M in ((3, 2), (0, 2)):
+                q = torch.randn(N, 2, 3, requires_grad=True)
+                k, v = (torch.randn(M, 2, 3, requires_grad=True) for _ in range(2))
+                crow, col = torch.zeros(N + 1, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+                out, w = ops.csr_attention(q, k, v, crow, col, torch.zeros(2, 0))
+                assert out.shape == (N, 2, 3) and w.shape == (2, 0) and torch.all(out == 0)
+                gq, gk = torch.autograd.grad(out.sum(), (q, k))
+                assert torch.all(gq == 0) and torch.all(gk == 0)
+            x = torch.zeros(0, 3, requires_grad=True)
+            y = ops.edge_mlp(seq, x)
+            assert y.shape == (0, 5)
+            gx, gw = torch.autograd.grad(y.sum(), (x, seq[0].weight))
+            assert gx.shape == (0, 3) and torch.all(gw == 0)

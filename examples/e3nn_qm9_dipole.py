@@ -14,10 +14,11 @@ are trained the same way on the same molecules:
   charge per atom (made neutral per molecule) and the dipole is ``sum_i q_i (r_i - mean r)``.
 
 Both are exactly equivariant under the lift's finite rotation group (``--lifts 12``:
-tetrahedral, 24: octahedral, 60: icosahedral) and all translations; under a random rotation
-the e3nn model is equivariant up to the lift's discretisation, the baseline exactly (it only
-multiplies invariant charges by positions). The script prints the training loss, the test
-error of both models and these equivariance errors.
+tetrahedral, 24: octahedral, 60: icosahedral) and all translations. Under other rotations
+both are equivariant up to the lift's discretisation (the group average stands in for the
+average over all rotations): a small error for the baseline's invariant charges, a larger one
+for the e3nn model's vector output, which training on randomly rotated batches reduces. The
+script prints the training loss, the test error of both models and both equivariance errors.
 
     python examples/e3nn_qm9_dipole.py --molecules 400 --steps 300
 """

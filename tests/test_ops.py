@@ -53,8 +53,8 @@ def run_attention(backend, ts, crow, col, with_gw=True, **kw):
     with ops.backend(backend):
         out, w = ops.csr_attention(q, k, v, crow, col, l, b, **kw)
         gen = torch.Generator(device=out.device.type).manual_seed(7)
-        go = torch.randn(out.shape, generator=gen, device=out.device, dtype=out.dtype)
-        gw = torch.randn(w.shape, generator=gen, device=w.device, dtype=w.dtype)
+        go = torch.randn(out.shape, generator=gen, device=out.device).to(out.dtype)
+        gw = torch.randn(w.shape, generator=gen, device=w.device).to(w.dtype)
         loss = (out * go).sum() + ((w * gw).sum() if with_gw else 0)
         wanted = [t for t in ts if t is not None]
         grads = torch.autograd.grad(loss, wanted)
@@ -541,3 +541,12 @@ def test_empty_graphs_and_edge_sets():
             assert y.shape == (0, 5)
             gx, gw = torch.autograd.grad(y.sum(), (x, seq[0].weight))
             assert gx.shape == (0, 3) and torch.all(gw == 0)
+
+
+def test_triton_bfloat16_inputs_accumulate_in_float32():
+    ts, crow, col = attention_inputs(N=6, H=2, D=4, max_degree=5)
+    ref = run_attention("composite", ts, crow, col)  # float32
+    low = [t.detach().bfloat16().requires_grad_() for t in ts]
+    got = run_attention("triton", low, crow, col)
+    assert all(t.dtype == torch.bfloat16 for t in got)
+    assert_close_all(got, ref, 5e-2)

@@ -225,9 +225,19 @@ def record_run(args: argparse.Namespace, experiment: str, default_run: str, pref
                         or RESULTS_DIR, extra=extra)
     for plot in plots:
         if os.path.isfile(plot):
-            shutil.copyfile(plot, path.parent / f"{run}.{Path(plot).name}")
+            _small_png(plot, path.parent / f"{run}.{Path(plot).name}")
     print(f"result: {path}")
     return path
+
+
+def _small_png(src: str, dst: Path) -> None:
+    """Copy a plot as a 64-colour palette PNG (a third of the size; the files are committed)."""
+    try:
+        from PIL import Image
+        with Image.open(src) as im:
+            im.convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(dst, "PNG", optimize=True)
+    except (ImportError, OSError, ValueError):
+        shutil.copyfile(src, dst)
 
 
 def load_result(root: Union[str, Path], experiment: str, run: Optional[str] = None) -> Dict[str, Any]:

@@ -102,6 +102,8 @@ class LiftPositions(BaseTransform):
             data[key] = data[key].repeat_interleave(K, dim=0)
         if getattr(data, "batch", None) is not None:
             data.batch = data.batch.repeat_interleave(K)
+        if isinstance(getattr(data, "ptr", None), torch.Tensor):
+            data.ptr = data.ptr * K
         if edge_index is not None:
             src, dst = edge_index
             a = torch.arange(K, device=src.device)

@@ -61,7 +61,7 @@ def test_load_checkpoint_rejects_bad_files_and_loads_nothing(tmp_path):
         with pytest.raises(ValueError) as info:
             load_checkpoint(str(path), model, opt, None, DistEnv())
         msg = str(info.value)
-        assert "\n" not in msg and msg.startswith(f"--resume: ") and repr(str(path)) in msg, (name, msg)
+        assert "\n" not in msg and msg.startswith("--resume: ") and repr(str(path)) in msg, (name, msg)
         assert words in msg, (name, msg)
         for k, v in model.state_dict().items():
             assert torch.equal(v, before[k]), (name, k)

@@ -180,6 +180,9 @@ def test_lift_positions_in_a_loader_and_errors():
     batch = next(iter(DataLoader([tf(Data(pos=torch.randn(n, 2))) for n in (5, 8)], batch_size=2)))
     assert batch.g.shape == (26, 3, 3) and batch.batch.tolist() == [0] * 10 + [1] * 16
     assert int(batch.edge_index.max()) < 26
+    # on an already collated batch: graph ids and offsets follow the lifted nodes
+    b = LiftPositions("SE2", 2, mode="finite")(Batch.from_data_list([Data(pos=torch.randn(n, 2)) for n in (3, 5)]))
+    assert b.ptr.tolist() == [0, 6, 16] and b.batch.tolist() == [0] * 6 + [1] * 10 and b.g.shape == (16, 3, 3)
     with pytest.raises(ValueError, match="data.pos"):
         LiftPositions("SE2")(Data(x=torch.randn(3, 2)))
     with pytest.raises(ValueError, match="lift_samples"):

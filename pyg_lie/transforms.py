@@ -7,8 +7,6 @@ dataset's ``transform`` (or ``pre_transform``), so a plain PyG pipeline (a
 :class:`~torch_geometric.loader.DataLoader`, GraphGym, ``T.Compose``) carries ``data.g``
 like any other node attribute:
 
-.. code-block:: python
-
     import torch_geometric.transforms as T
     from pyg_lie.transforms import LiftPositions
 

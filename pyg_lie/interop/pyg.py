@@ -6,8 +6,6 @@ transform :class:`torch_geometric.transforms.RadiusGraph` call the operator
 ``torch_geometric.typing.WITH_RADIUS`` is false. :func:`install_pyg_radius` registers an
 operator of the same schema,
 
-.. code-block:: text
-
     pyg::radius(Tensor x, Tensor y, Tensor? ptr_x=None, Tensor? ptr_y=None, float r=1.0,
                 int max_num_neighbors=32, int num_workers=1, bool ignore_same_index=False) -> Tensor
 

@@ -138,8 +138,9 @@ def load_checkpoint(path: str, model: nn.Module, optimizer: Optional[torch.optim
     rank restores rank ``min(rank, saved - 1)``'s RNG state (data order is still
     exact because it depends only on the seed and the epoch).
 
-    The file is checked completely before anything is loaded: a missing, truncated
-    or foreign file (random bytes, a torch file of another model) raises one
+    Before anything is loaded the file is checked (readable, a training checkpoint,
+    weights and optimiser groups that fit ``model`` and ``optimizer``): a missing,
+    truncated or foreign file (random bytes, a torch file of another model) raises one
     ``ValueError`` naming ``flag``, the file and what is wrong, and leaves the model,
     the optimiser and the output folder as they were (the command line prints it
     as a usage error, exit status 2).

@@ -112,6 +112,10 @@ def test_auto_backend_on_cpu_picks_native_or_composite():
     (key,) = ops.dispatch_counts()
     assert key[0] == "csr_attention" and key[1] in ("native", "composite")
     assert key[1] == ("native" if _backend._native_module().available() else "composite")
+    ops.reset_dispatch_counts()
+    with ops.backend("auto"):  # the native kernel takes no log-bias
+        ops.csr_attention(*ts[:3], crow, col, ts[3], torch.zeros(col.numel()))
+    assert ops.dispatch_counts() == {("csr_attention", "composite"): 1}
 
 
 def test_kernels_call_only_triton_builtins():
@@ -323,6 +327,17 @@ def test_mlp_triton_matches_composite(dtype):
         assert ops.dispatch_counts()[("mlp_backward", "triton")] == 1
         assert_close_all(got, ref, 2e-5 if dtype == torch.float32 else 1e-12)
         torch.testing.assert_close(ref[0], module(x))
+
+
+def test_mlp_parameter_gradients_only():
+    x = torch.randn(20, 3)  # no gradient wanted for x
+    for module in _mlps(torch.float32)[::2]:
+        res = {}
+        for backend in ("composite", "triton"):
+            with ops.backend(backend):
+                y = ops.edge_mlp(module, x)
+                res[backend] = torch.autograd.grad((y * y).sum(), list(module.parameters()))
+        assert_close_all(res["triton"], res["composite"], 2e-5)
 
 
 def test_mlp_wider_than_the_kernels_falls_back_to_composite():

@@ -247,9 +247,10 @@ def plain_bias(b) -> Optional[Tensor]:
 def csr_softmax_attention(s, q: Tensor, k: Tensor, v: Tensor, l: Optional[Tensor] = None,
                           b: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """:func:`csr_attention` on a CSR structure ``s`` with attributes ``crow`` and ``col`` (such
-    as :class:`pyg_lie.nn._sparse_ops.CSRStructure`); when a gradient will be needed and ``s``
-    has ``parts(transpose)``, its cached transposed pattern feeds the backward kernels.
-    Returns ``(out (N, H, D), w (H, E))``."""
+    as :class:`pyg_lie.nn._sparse_ops.CSRStructure`); ``l`` and ``b`` are in the structure's
+    sorted edge order (permute per-edge inputs of the original order with ``s.perm``). When a
+    gradient will be needed and ``s`` has ``parts(transpose)``, its cached transposed pattern
+    feeds the backward kernels. Returns ``(out (N, H, D), w (H, E))``."""
     transpose = None
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, l, b)) \
             and hasattr(s, "parts"):

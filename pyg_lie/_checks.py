@@ -196,6 +196,8 @@ def pointer(name: str, ptr: Any, num_items: int, num_segments: Optional[int] = N
     ``torch.compile`` and for fake tensors) ``ptr[0] = 0``, ``ptr[-1] = num_items``,
     non-decreasing. ``ValueError`` naming ``name`` otherwise."""
     ptr = plain_index(name, ptr)
+    if torch.compiler.is_compiling():
+        return ptr
     want = "" if num_segments is None else f" ({num_segments + 1},)"
     if ptr.dim() != 1 or ptr.numel() < 1 or (num_segments is not None and ptr.numel() != num_segments + 1):
         raise ValueError(f"{name} must be a 1-D CSR pointer{want}, got shape {tuple(ptr.shape)}")

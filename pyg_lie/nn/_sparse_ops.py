@@ -109,7 +109,10 @@ class CSRStructure:
 
     def check(self, num_nodes: int, num_edges: int) -> None:
         """``ValueError`` naming ``csr`` unless this structure has ``num_nodes`` nodes and
-        ``num_edges`` edges (O(1): for a structure passed along with ``edge_index``)."""
+        ``num_edges`` edges (O(1): for a structure passed along with ``edge_index``; left out
+        under ``torch.compile``, where sizes are symbols)."""
+        if _is_compiling():
+            return
         if self.num_nodes != num_nodes or self.col.numel() != num_edges:
             raise ValueError(f"csr: the CSRStructure has {self.num_nodes} nodes and {self.col.numel()} edges but "
                              f"the input {num_nodes} nodes and {num_edges} edges; pass "
@@ -292,7 +295,10 @@ def _needs_transpose(*ts: Tensor) -> bool:
 
 
 def _fits(s: CSRStructure, *ts: Tensor) -> None:
-    """``ValueError`` unless the node features ``ts`` have the structure's ``num_nodes`` rows."""
+    """``ValueError`` unless the node features ``ts`` have the structure's ``num_nodes`` rows
+    (left out under ``torch.compile``, where sizes are symbols)."""
+    if _is_compiling():
+        return
     for t in ts:
         if t.shape[0] != s.num_nodes:
             raise ValueError(f"csr: the CSRStructure was built for {s.num_nodes} nodes but the features have "

@@ -16,6 +16,12 @@ so that with a 0/1 mask the output equals the output on the graph without the ma
 edges (a node whose edges are all masked receives zero, as a node without edges does), and
 the constant normalisation becomes ``m_e s_e / sum_{e' -> i} m_{e'}``. Their
 ``explain_message`` then passes messages through unchanged.
+
+A mask that is the same on every edge of a target is a constant log-bias, which the softmax
+ignores: only the *relative* mask values matter. So an explainer whose loss is at its minimum
+for the unmasked model (GNNExplainer in ``"regression"`` mode against the model's own
+prediction, with its near-uniform initial mask) gets no gradient from the model; use a
+classification mode or a phenomenon target with softmax attention.
 """
 from __future__ import annotations
 

@@ -54,6 +54,7 @@ from .. import _checks as checks
 from .._checks import positive_int
 from ..groups import LieGroup, get_group
 from ..groups.base import _is_compiling
+from ._explain import explain_mask, masked_edge_attention
 from .attention_core import edge_attention
 
 SCORES = ("closed_form", "mlp")
@@ -239,6 +240,8 @@ class LieAlgebraAttention(MessagePassing):
         """See the class docstring for shapes."""
         if h.dim() != 2 or h.shape[-1] != self.in_channels:
             raise ValueError(f"h must have shape (N, {self.in_channels}), got {tuple(h.shape)}")
+        given = edge_index
+        edge_index = checks.plain_edge_index(edge_index)
         checks.edge_index(edge_index)
         checks.group_elements(self.group, g, h.size(0))
         if w is None:
@@ -253,7 +256,11 @@ class LieAlgebraAttention(MessagePassing):
         s = self.compute_score(w)  # (E, H)
         if valid is not None:
             s = torch.where(valid[:, None], s, torch.full_like(s, -1e30 if s.dtype != torch.float16 else -6e4))
-        alpha = edge_attention(s, edge_index[1], num_nodes=h.shape[0])
+        mask = explain_mask(self, edge_index.shape[1])
+        if mask is None:
+            alpha = edge_attention(s, edge_index[1], num_nodes=h.shape[0])
+        else:  # an explainer's mask, before the normalisation
+            alpha = masked_edge_attention(s, edge_index[1], h.shape[0], mask)
         if valid is not None:
             alpha = alpha * valid[:, None].to(alpha.dtype)
         alpha_drop = F.dropout(alpha, p=self.dropout, training=self.training)
@@ -263,12 +270,16 @@ class LieAlgebraAttention(MessagePassing):
         out = self.propagate(edge_index, hv=hv, w=w, alpha=alpha_drop)  # (N, H, C)
         out = out.reshape(-1, self.heads * self.out_channels) if self.concat else out.mean(1)
         if return_attention_weights:
-            return out, (edge_index, alpha)
+            return out, (given, alpha)
         return out
 
     def message(self, hv_j: Tensor, w: Tensor, alpha: Tensor) -> Tensor:
         v = hv_j + F.linear(w, self.lin_value.weight[:, self.in_channels:])
         return v.view(-1, self.heads, self.out_channels) * alpha.unsqueeze(-1)
+
+    def explain_message(self, inputs: Tensor, dim_size: Optional[int]) -> Tensor:
+        # the explainer's edge mask already acted on the scores (see pyg_lie.nn._explain)
+        return inputs
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
 from .. import _checks as checks
+from ._explain import explain_mask, masked_edge_attention
 from .attention_core import edge_attention
 from ._s2_kernels import NeighborhoodPlan, planned_attention
 
@@ -218,12 +219,15 @@ class S2AttentionConv(MessagePassing):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, edge_index: Tensor, log_w: Optional[Tensor],
                plan: Optional[NeighborhoodPlan] = None, need_weights: bool = False
                ) -> Tuple[Tensor, Optional[Tensor]]:
-        """Attention core on projected tensors (see :meth:`project_qkv`); returns ``(N_dst, *, H, Dv)``."""
+        """Attention core on projected tensors (see :meth:`project_qkv`); returns ``(N_dst, *, H, Dv)``.
+        Under PyG's explainer the edge mask acts before the softmax (:mod:`pyg_lie.nn._explain`),
+        on the message-passing path."""
         num_dst = q.shape[0]
         self._check_isolated(edge_index, num_dst, plan)
-        if plan is not None:
+        mask = explain_mask(self, edge_index.shape[1])
+        if plan is not None and mask is None:
             return planned_attention(q, k, v, log_w, plan, need_weights=need_weights)
-        out = self.propagate(edge_index, q=q, k=k, v=v, log_w=log_w, size=(k.shape[0], num_dst))
+        out = self.propagate(edge_index, q=q, k=k, v=v, log_w=log_w, edge_mask=mask, size=(k.shape[0], num_dst))
         alpha = self._alpha
         self._alpha = None
         return out, alpha
@@ -263,6 +267,8 @@ class S2AttentionConv(MessagePassing):
         if x_dst.dim() != x_src.dim() or x_val.shape != x_src.shape:
             raise ValueError(f"source, target and value features must have matching batch layout, got "
                              f"x_src {tuple(x_src.shape)}, x_dst {tuple(x_dst.shape)}, value {tuple(x_val.shape)}")
+        given = edge_index
+        edge_index = checks.plain_edge_index(edge_index)
         checks.edge_index(edge_index)
         if quad_weights is not None and quad_weights.shape != (x_src.shape[0],):
             raise ValueError(f"quad_weights must have shape (N_src,) = ({x_src.shape[0]},), got "
@@ -273,15 +279,22 @@ class S2AttentionConv(MessagePassing):
         h, alpha = self.attend(q, k, v, edge_index, log_w, plan=plan, need_weights=need)
         out = self.output_projection(h)
         if need:
-            return out, (edge_index, alpha)
+            return out, (given, alpha)
         return out
 
-    def message(self, q_i: Tensor, k_j: Tensor, v_j: Tensor, log_w: Optional[Tensor], edge_index_j: Tensor,
-                index: Tensor, ptr: Optional[Tensor], size_i: Optional[int]) -> Tensor:
+    def message(self, q_i: Tensor, k_j: Tensor, v_j: Tensor, log_w: Optional[Tensor], edge_mask: Optional[Tensor],
+                edge_index_j: Tensor, index: Tensor, ptr: Optional[Tensor], size_i: Optional[int]) -> Tensor:
         score = (q_i * k_j).sum(-1)  # (E, *, H)
         if log_w is not None:
             lw = log_w.index_select(0, edge_index_j)
             score = score + lw.view(-1, *([1] * (score.dim() - 1)))
-        alpha = edge_attention(score, index, num_nodes=size_i, ptr=ptr)
+        if edge_mask is None:
+            alpha = edge_attention(score, index, num_nodes=size_i, ptr=ptr)
+        else:
+            alpha = masked_edge_attention(score, index, size_i, edge_mask)
         self._alpha = alpha
         return alpha.unsqueeze(-1) * v_j
+
+    def explain_message(self, inputs: Tensor, dim_size: Optional[int]) -> Tensor:
+        # the explainer's edge mask already acted on the scores (see pyg_lie.nn._explain)
+        return inputs

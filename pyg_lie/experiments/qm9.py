@@ -156,7 +156,7 @@ def resolve_preset(args: argparse.Namespace) -> argparse.Namespace:
 
 def paper_setting(group: str) -> Dict[str, object]:
     """The paper's values of the options (for ``setting_text``)."""
-    return {**PAPER_PRESET, **PAPER_GROUP[group], "split": "cormorant", "max_train": None, "group": group}
+    return {**PAPER_PRESET, **PAPER_GROUP[group], "split": "cormorant", "max_train": 100_000, "group": group}
 
 
 def build_model(args: argparse.Namespace, in_channels: int) -> nn.Module:
@@ -397,7 +397,8 @@ def _record(args: argparse.Namespace, summary: Dict, wall: float) -> None:
             extra.append(f"{who} stopped by the time budget after {done} of {summary['epochs']} epochs")
     if args.group == "T3":
         extra.append("the paper's T3 row is trained with SO(3) augmentation, this run without")
-    setting = setting_text(vars(args), paper_setting(args.group), extra)
+    config = {**vars(args), "max_train": summary["n_train"]}  # the training molecules actually used
+    setting = setting_text(config, paper_setting(args.group), extra)
     name = f"{summary['target']}-{args.group}-{args.preset}-n{summary['n_train']}"
     record_run(args, "qm9", name, ["train", "qm9"], metrics=metrics, paper=paper, setting=setting,
                wall_time_s=wall, seed=args.seed,

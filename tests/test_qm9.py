@@ -145,3 +145,17 @@ def test_real_subset_smoke_training_loss_falls(tmp_path, monkeypatch):
     assert "first 200 molecules" in record["setting"] and "hidden 16 (paper 848)" in record["setting"]
     with pytest.raises(ValueError, match="--source pyg"):
         qm9.main(_parse(argv + ["--source", "qm9pack", "--synthetic", "10"]))
+
+
+def test_schnet_interaction_graph_is_the_per_molecule_cutoff_graph():
+    from pyg_lie.experiments.qm9 import _MoleculeGraph
+    torch.manual_seed(0)
+    batch = torch.tensor([0] * 5 + [1] * 1 + [2] * 7)
+    pos = torch.randn(13, 3, dtype=torch.float64) * 2
+    ei, w = _MoleculeGraph(2.5)(pos, batch)
+    d = torch.cdist(pos, pos)
+    ref = (batch[:, None] == batch[None, :]) & (d < 2.5) & ~torch.eye(13, dtype=torch.bool)
+    got = torch.zeros(13, 13, dtype=torch.bool)
+    got[ei[0], ei[1]] = True
+    assert torch.equal(got, ref) and ei.shape[1] == int(ref.sum())
+    torch.testing.assert_close(w, d[ei[0], ei[1]])

@@ -18,8 +18,8 @@ mean and std), Adam, cosine schedule; the test MAE is reported in the paper's
 units next to Table 2, and written to ``results/qm9/<run>.json``.
 
 ``--baseline schnet`` trains :class:`torch_geometric.nn.models.SchNet` (small:
-``--baseline-hidden`` channels and filters, 3 interactions, cutoff 10 Angstrom,
-graphs built in plain torch) on the same split with the same loss, optimiser,
+``--baseline-hidden`` channels and filters, ``--baseline-interactions`` blocks,
+cutoff 10 Angstrom, graphs built in plain torch) on the same split with the same loss, optimiser,
 schedule, batch size and epochs, and reports its test MAE beside the
 LieTransformer's.
 

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Linear, Sequential, SiLU
 
+from .. import ops
 from . import _native
 from ._autocast import float32_under_autocast
 
@@ -258,8 +259,11 @@ def edge_mlp(mlp, x: Tensor, chunk: Optional[int] = None) -> Tensor:
     """``mlp(x)`` for ``x (E, in)``, chunked and recomputed in backward on CPU (see module
     doc); ``mlp`` is a ``Linear``/``SiLU`` :class:`~torch.nn.Sequential` or a
     :class:`HeadwiseMLP` (blocks of ``chunk / heads`` rows); ``chunk`` defaults to
-    :data:`EDGE_CHUNK` (read at call time)."""
+    :data:`EDGE_CHUNK` (read at call time). On CUDA, or with a backend selected by
+    :func:`pyg_lie.ops.set_backend`, the operator :func:`pyg_lie.ops.edge_mlp` runs instead."""
     chunk = EDGE_CHUNK if chunk is None else chunk
+    if ops.serves(x):  # the operator layer (Triton on CUDA)
+        return ops.edge_mlp(mlp, x)
     if isinstance(mlp, HeadwiseMLP):
         # blocks of about the same size in memory: rows x heads x width
         chunk = max(1, chunk // mlp.heads)

@@ -14,6 +14,7 @@ from torch import Tensor
 from torch_geometric.utils import scatter, softmax
 
 from .. import _checks as checks
+from .. import ops
 from .._gather import select
 from ..groups.base import _is_compiling
 from . import _native
@@ -262,12 +263,18 @@ def csr_softmax_attention(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: T
     with a uniform in-degree the unfused path's dense softmax agrees to rounding).
     Elsewhere, and for gradients of gradients, the unfused operators
     (:func:`~._sparse_ops.csr_scores`, :func:`csr_edge_attention`) compute it.
+
+    On CUDA, and on any device when a backend is selected with
+    :func:`pyg_lie.ops.set_backend` (or ``PYG_LIE_BACKEND``), the operator
+    :func:`pyg_lie.ops.csr_softmax_attention` runs instead (Triton kernels on CUDA).
     """
     s.check(q.shape[0], s.col.numel())
     if not _is_compiling() and l.shape != (q.shape[1], s.col.numel()):
         raise ValueError(f"the location scores must have shape (H, E) = {(q.shape[1], s.col.numel())}, one per "
                          f"head and edge of the structure, got {tuple(l.shape)} (location features of another "
                          f"length, e.g. a rel_log that is not of these edges?)")
+    if ops.serves(q):
+        return ops.csr_softmax_attention(s, q, k, v, l)
     if not _is_compiling() and not s.complete and _native.csr_attention_supported(q, k, v, l):
         return _CSRSoftmaxAttention.apply(q, k, v, l, s)
     return _unfused_csr_attention(s, q, k, v, l)

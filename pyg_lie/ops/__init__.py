@@ -15,13 +15,13 @@ and never re-enters the operator. See ``docs/ops.md``.
 """
 from __future__ import annotations
 
-from ._backend import (BACKENDS, backend, dispatch_counts, get_backend, reset_dispatch_counts, set_backend,
-                       triton_available)
+from ._backend import (BACKENDS, backend, dispatch_counts, get_backend, reset_dispatch_counts, serves,
+                       set_backend, triton_available)
 from ._common import transpose_csr
 from .attention import composite_attention, composite_attention_backward, csr_attention, csr_softmax_attention
 from .mlp import composite_mlp, composite_mlp_backward, edge_mlp, mlp
 
-__all__ = ["BACKENDS", "backend", "set_backend", "get_backend", "dispatch_counts", "reset_dispatch_counts",
+__all__ = ["BACKENDS", "backend", "set_backend", "get_backend", "serves", "dispatch_counts", "reset_dispatch_counts",
            "triton_available", "csr_attention", "csr_softmax_attention", "composite_attention",
            "composite_attention_backward", "mlp", "edge_mlp", "composite_mlp", "composite_mlp_backward",
            "transpose_csr"]

@@ -108,6 +108,13 @@ def triton_available() -> bool:
     return _triton_ok
 
 
+def serves(x: torch.Tensor) -> bool:
+    """True where the layers hand their attention and edge MLPs to these operators: CUDA
+    tensors, or any tensor when a backend other than ``auto`` is selected (on CPU the layers'
+    own kernels otherwise run: the native C kernels and the CSR products of ``pyg_lie.nn``)."""
+    return x.device.type == "cuda" or _current != "auto"
+
+
 def _native_module():
     """:mod:`pyg_lie.nn._native`, imported at call time (the layers import this package)."""
     from ..nn import _native

@@ -149,3 +149,21 @@ def test_s2_attention_conv_mask_equals_removing_edges():
         clear_masks(layer)
     sub = EdgeIndex(ei, sparse_size=(N, N))
     assert torch.equal(layer(x, sub, quad_weights=w), layer(x, ei, quad_weights=w))
+
+
+def test_equivariant_self_attention_mask_equals_removing_edges():
+    from pyg_lie.vit import EquivariantSelfAttention, FieldType, get_group
+    torch.manual_seed(3)
+    V = FieldType.regular(get_group("C4"), 2)
+    layer = EquivariantSelfAttention(V, heads=2).double()
+    N, E = 16, 60
+    ei = torch.randint(0, N, (2, E))
+    x = torch.randn(N, V.dim, dtype=torch.float64)
+    keep = torch.rand(E) > 0.4
+    expected = layer(x, ei[:, keep])
+    set_masks(layer, keep.double(), ei, apply_sigmoid=False)
+    try:
+        got = layer(x, ei)
+    finally:
+        clear_masks(layer)
+    assert torch.allclose(got, expected, atol=1e-12)

@@ -30,6 +30,7 @@ from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
 from .. import _checks
+from ..nn._explain import explain_mask, masked_edge_attention
 from ..nn._sparse_ops import CSRStructure, csr_scores, to_edge_order
 from ..nn.attention_core import csr_edge_attention, edge_attention
 from .field_type import FieldType
@@ -168,11 +169,12 @@ class EquivariantSelfAttention(MessagePassing):
             raise ValueError(f"x must have shape (N, {self.field_type.dim}) (the field type's dimension), got {got}")
         _checks.floating("x", x)
         _checks.edge_index(edge_index)
-        if self.fused is not False and self.equal_heads:  # CSRStructure.build checks the indices
+        mask = explain_mask(self, edge_index.shape[1])
+        if self.fused is not False and self.equal_heads and mask is None:  # CSRStructure.build checks the indices
             return self._forward_fused(x, edge_index, return_attention_weights, csr)
         plain = _checks.index_tensor("edge_index", edge_index, x.shape[0])
         q, k, v = self.q(x), self.k(x), self.v(x)
-        out = self.propagate(plain, q=q, k=k, v=v, size=None)
+        out = self.propagate(plain, q=q, k=k, v=v, edge_mask=mask, size=None)
         out = self.o(out)
         alpha, self._alpha = self._alpha, None
         if return_attention_weights:
@@ -193,14 +195,20 @@ class EquivariantSelfAttention(MessagePassing):
             return out, (edge_index, to_edge_order(csr, alpha))
         return out
 
-    def message(self, q_i: Tensor, k_j: Tensor, v_j: Tensor, index: Tensor, ptr: Optional[Tensor],
-                size_i: Optional[int]) -> Tensor:
+    def message(self, q_i: Tensor, k_j: Tensor, v_j: Tensor, edge_mask: Optional[Tensor], index: Tensor,
+                ptr: Optional[Tensor], size_i: Optional[int]) -> Tensor:
         score = (q_i * k_j) @ self.score_proj.to(q_i.dtype)  # (E, H)
-        alpha = edge_attention(score, index, num_nodes=size_i if size_i is not None else int(index.max()) + 1,
-                               normalization=self.normalization, ptr=ptr)
+        num_nodes = size_i if size_i is not None else int(index.max()) + 1
+        if edge_mask is None:
+            alpha = edge_attention(score, index, num_nodes=num_nodes, normalization=self.normalization, ptr=ptr)
+        else:  # an explainer's mask, before the normalisation (pyg_lie.nn._explain)
+            alpha = masked_edge_attention(score, index, num_nodes, edge_mask, self.normalization)
         self._alpha = alpha
         alpha = F.dropout(alpha, p=self.dropout, training=self.training)
         return v_j * (alpha @ self.head_expand.to(alpha.dtype))  # (E, H) -> (E, D) per-feature weights
+
+    def explain_message(self, inputs: Tensor, dim_size: Optional[int]) -> Tensor:
+        return inputs  # the explainer's edge mask already acted on the scores
 
     def macs_per_token(self) -> int:
         return 4 * self.q.macs_per_token()

@@ -286,3 +286,61 @@ def test_model_accepts_numpy_integers_and_zero_layers():
     model = LieTransformer("SE2", 2, 8, 3, num_layers=0, heads=np.int64(2), lift_samples=np.int64(2))
     assert model.lift_samples == 2 and type(model.lift_samples) is int and len(model.blocks) == 0
     assert model(torch.randn(5, 2), torch.randn(5, 2)).shape == (1, 3)
+
+
+# ------------------------------------------------------------------ x=None, identical features, edge_index
+@pytest.mark.parametrize("group", ["T2", "SO2", "SE2", "T3", "SE3"])
+def test_featureless_clouds_see_the_geometry_and_stay_invariant(group):
+    import math
+    torch.manual_seed(0)
+    G = get_group(group)
+    n = G.space_dim
+    lifts = {"SE2": dict(lift_samples=4, lift="finite"), "SE3": dict(lift_samples=12, lift="finite")}.get(group, {})
+    model = LieTransformer(group, 1, 16, 3, num_layers=2, heads=2, **lifts).double()
+    pos = torch.randn(12, n, dtype=torch.float64)
+    batch = torch.arange(2).repeat_interleave(6)
+    y = model(None, pos, batch)
+    moved = model(None, pos + 0.3 * torch.randn_like(pos), batch)
+    assert (y - moved).abs().max() > 1e-4  # not blind
+    if group in ("T2", "SE2"):  # a quarter turn about the origin (in C_4) and a translation
+        R = torch.tensor([[0.0, -1.0], [1.0, 0.0]], dtype=torch.float64)
+        shift = torch.tensor([3.0, -2.0], dtype=torch.float64) if group != "SO2" else 0
+        turned = pos @ R.T + shift if group == "SE2" else pos + shift
+        assert torch.allclose(model(None, turned, batch), y, atol=1e-10)
+    assert not math.isnan(float(y.sum()))
+
+
+def test_featureless_clouds_need_one_input_channel():
+    model = LieTransformer("T2", 3, 16, 2, num_layers=1, heads=2)
+    with pytest.raises(ValueError, match="in_channels=1"):
+        model(None, torch.randn(5, 2))
+
+
+def test_identical_features_warn_once():
+    model = LieTransformer("T2", 1, 16, 2, num_layers=2, heads=2)
+    with pytest.warns(UserWarning, match="identical on every node"):
+        model(torch.ones(8, 1), torch.randn(8, 2))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model(torch.ones(8, 1), torch.randn(8, 2))  # already checked: no second warning
+        LieTransformer("T2", 1, 16, 2, num_layers=1, heads=2)(torch.randn(8, 1), torch.randn(8, 2))
+
+
+def test_precomputed_edge_index_from_pyg_radius_graph():
+    import torch_geometric.transforms as T
+    from torch_geometric.data import Batch, Data
+
+    import pyg_lie.transforms  # noqa: F401  (makes torch_geometric's radius_graph available)
+    torch.manual_seed(0)
+    model = LieTransformer("SE2", 3, 16, 2, num_layers=1, heads=2, lift_samples=2, radius=1.2).double().eval()
+    clouds = [Data(x=torch.randn(7, 3, dtype=torch.float64), pos=torch.randn(7, 2, dtype=torch.float64))
+              for _ in range(3)]
+    data = Batch.from_data_list([T.RadiusGraph(1.2, loop=True)(c) for c in clouds])
+    own = model(data.x, data.pos, data.batch)
+    given = model(data.x, data.pos, data.batch, edge_index=data.edge_index)
+    assert torch.allclose(own, given, atol=1e-12)
+    shuffled = data.edge_index[:, torch.randperm(data.edge_index.shape[1])]  # any edge order
+    assert torch.allclose(model(data.x, data.pos, data.batch, edge_index=shuffled), own, atol=1e-12)
+    sparse = T.RadiusGraph(0.6, loop=True)(Batch.from_data_list(clouds)).edge_index
+    assert not torch.allclose(model(data.x, data.pos, data.batch, edge_index=sparse), own, atol=1e-6)

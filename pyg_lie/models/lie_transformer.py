@@ -28,6 +28,7 @@ from typing import Dict, Optional, Union
 import torch
 from torch import Tensor
 from torch.nn import LayerNorm, Linear, Module, ModuleList, Sequential, SiLU
+from torch_geometric.utils import scatter
 
 from .. import _checks as checks
 from .._batch import num_graphs as count_graphs
@@ -176,7 +177,8 @@ class LieTransformer(Module):
                 mod.reset_parameters()
 
     @torch.compiler.disable
-    def _graph(self, pos: Tensor, batch: Optional[Tensor], g: Tensor, transpose: bool):
+    def _graph(self, pos: Tensor, batch: Optional[Tensor], g: Tensor, transpose: bool,
+               base_edge_index: Optional[Tensor] = None):
         """Lifted edges and their CSR structure (with the transposed pattern when gradients
         are on). Their sizes depend on the data, so under ``torch.compile`` this runs eagerly
         (one graph break) and the structure keeps its complete-clouds fast path."""
@@ -184,21 +186,44 @@ class LieTransformer(Module):
         edge_index = lifted_edges(pos, batch, self.lift.num_samples, self.radius, g=g,
                                   group=self.group, max_num_neighbors=self.max_num_neighbors,
                                   log_threshold=self.log_threshold,
-                                  distance_weights=self.distance_weights, generator=gen)
+                                  distance_weights=self.distance_weights, generator=gen,
+                                  edge_index=base_edge_index)
         return edge_index, CSRStructure.build(edge_index, g.size(0), transpose=transpose)
 
-    def lifted_features(self, x: Tensor, pos: Tensor, batch: Optional[Tensor] = None,
-                        stabilizer: Optional[Tensor] = None):
-        """Equivariant features of the lifted nodes.
+    def point_features(self, pos: Tensor, batch: Optional[Tensor] = None) -> Tensor:
+        """The features used for ``x=None``: ``(N, 1)`` distances of the points to the centroid
+        of their cloud, invariant under every group of this model (rotations about the origin
+        move the centroid with the points), so the output depends on the geometry for every
+        group, T(n) included (constant features would make every softmax average identical
+        values)."""
+        if batch is None:
+            centre = pos.mean(0, keepdim=True).expand_as(pos)
+        else:
+            checks.batch_vector(batch, pos.size(0), "point")
+            size = int(batch.max()) + 1 if batch.numel() else 0
+            centre = scatter(pos, batch, dim=0, dim_size=size, reduce="mean")[batch]
+        return (pos - centre).norm(dim=-1, keepdim=True)
+
+    def lifted_features(self, x: Optional[Tensor], pos: Tensor, batch: Optional[Tensor] = None,
+                        stabilizer: Optional[Tensor] = None, edge_index: Optional[Tensor] = None):
+        """Equivariant features of the lifted nodes (``x``, ``edge_index``: see :meth:`forward`).
 
         Returns:
             ``(h (M, hidden), lifted: LiftedPoints, edge_index (2, E))``.
         """
+        if x is None:
+            if self.irreps_in is not None or self.in_channels != 1:
+                raise ValueError(f"x=None uses one invariant feature per point (its distance to the cloud's "
+                                 f"centroid), which needs in_channels=1 and no irreps_in; this model has "
+                                 f"in_channels={self.in_channels}: pass x")
+            if not (isinstance(pos, Tensor) and pos.dim() == 2):
+                raise ValueError(f"pos must have shape (N, n), got {getattr(pos, 'shape', type(pos).__name__)}")
+            x = self.point_features(pos, batch).to(self.embed.weight.dtype)
         lifted: LiftedPoints = self.lift(x, pos, batch, stabilizer=stabilizer)  # validates x, pos, batch
         if x.size(1) != self.in_channels:
             raise ValueError(f"x must have {self.in_channels} channels (in_channels), got {x.size(1)}")
         checks.floating("x", x, like=self.embed.weight)
-        edge_index, csr = self._graph(pos.detach(), batch, lifted.g, torch.is_grad_enabled())
+        edge_index, csr = self._graph(pos.detach(), batch, lifted.g, torch.is_grad_enabled(), edge_index)
         inv = None
         if self.invariant_dim > 0:
             inv = self.group.orbit_invariants(pos)[lifted.index].to(x.dtype)
@@ -208,20 +233,28 @@ class LieTransformer(Module):
             h = block(h, edge_index, lifted.g, inv, rel_log=rel, csr=csr)
         return self.norm(h), lifted, edge_index
 
-    def forward(self, x: Tensor, pos: Tensor, batch: Optional[Tensor] = None,
-                stabilizer: Optional[Tensor] = None, num_graphs: Optional[int] = None) -> Tensor:
+    def forward(self, x: Optional[Tensor], pos: Tensor, batch: Optional[Tensor] = None,
+                stabilizer: Optional[Tensor] = None, num_graphs: Optional[int] = None,
+                edge_index: Optional[Tensor] = None) -> Tensor:
         """Invariant prediction ``(B, out_channels)`` (with ``irreps_out``: an
         ``irreps_out`` tensor per graph that rotates with the input).
 
         Args:
             x: ``(N, in_channels)`` point features (with ``irreps_in``: of that type, in
-                the frame of ``pos``).
+                the frame of ``pos``); ``None`` for clouds without features (ModelNet-style):
+                each point then gets its distance to its cloud's centroid
+                (:meth:`point_features`; needs ``in_channels=1``).
             pos: ``(N, n)`` positions.
             batch: ``(N,)`` sorted graph ids (``None``: one graph).
             stabilizer: optional fixed ``(N, K, m, m)`` stabiliser samples.
             num_graphs: number of graphs ``B`` (default ``batch.max() + 1``).
+            edge_index: optional base graph ``(2, E)`` over the points (``data.edge_index``,
+                e.g. from ``torch_geometric.transforms.RadiusGraph(r, loop=True)``), used
+                instead of the model's own ``radius`` graph and expanded to all lift pairs;
+                the graph must be built from the positions alone for the output to stay
+                invariant.
         """
-        h, lifted, _ = self.lifted_features(x, pos, batch, stabilizer)
+        h, lifted, _ = self.lifted_features(x, pos, batch, stabilizer, edge_index)
         if num_graphs is None:
             num_graphs = count_graphs(batch)
         if self.irreps_out is not None:

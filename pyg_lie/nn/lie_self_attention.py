@@ -35,6 +35,7 @@ residual block it keeps its residual value.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Optional, Tuple, Union
 
 import torch
@@ -150,6 +151,7 @@ class LieSelfAttention(MessagePassing):
             raise ValueError(f"fused must be True, False or 'auto', got {fused!r}")
         self.fused = fused
         self._alpha: Optional[Tensor] = None  # the plain path's weights, cleared before forward returns
+        self._features_checked = False  # the identical-features warning looks at the first input only
         H, D = heads, self.head_dim
 
         self.lin_q = Linear(in_channels, H * D, bias=False)
@@ -201,6 +203,9 @@ class LieSelfAttention(MessagePassing):
         edge_index = checks.plain_edge_index(edge_index)
         if not _is_compiling():
             self._check(x, edge_index, g, invariants)
+        if not self._features_checked and checks._reads_values(x):
+            self._features_checked = True
+            self._warn_if_identical(x)
         mask = explain_mask(self, edge_index.size(1))
         if self.fused is not False and mask is None:
             return self._forward_fused(x, edge_index, g, invariants, return_attention_weights, rel_log, csr, given)
@@ -295,6 +300,14 @@ class LieSelfAttention(MessagePassing):
         if self.training and self.dropout > 0:
             w = torch.nn.functional.dropout(w, p=self.dropout, training=True)
         return w.unsqueeze(-1) * v_j
+
+    def _warn_if_identical(self, x: Tensor) -> None:
+        if self.normalization == "softmax" and x.size(0) > 1 and bool((x == x[:1]).all()):
+            warnings.warn(f"{type(self).__name__}: the node features x are identical on every node; a softmax "
+                          "over identical values returns that value whatever the attention weights, so the "
+                          "output does not depend on the positions. Give the nodes informative features "
+                          "(for example invariant descriptors of the positions) or use "
+                          "normalization='constant'", UserWarning, stacklevel=3)
 
     def explain_message(self, inputs: Tensor, dim_size: Optional[int]) -> Tensor:
         # the explainer's edge mask already acted on the scores (see pyg_lie.nn._explain)

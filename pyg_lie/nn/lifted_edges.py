@@ -32,6 +32,7 @@ from torch import Tensor
 
 from .. import _checks
 from .._checks import batch_vector, nonnegative_float, optional_length, positive_int
+from .._sort import argsort_keys
 from ..groups import LieGroup
 from . import _native
 
@@ -193,8 +194,10 @@ def lifted_edges(pos: Tensor, batch: Optional[Tensor], num_lifts: int, radius: O
                  *, g: Optional[Tensor] = None, group: Optional[LieGroup] = None,
                  max_num_neighbors: Optional[int] = None, log_threshold: Optional[float] = None,
                  distance_weights: Optional[Dict[str, float]] = None, loop: bool = True,
-                 generator: Optional[torch.Generator] = None, backend: str = "auto") -> Tensor:
-    """Lifted edges: base radius graph, expanded to lift pairs, optionally reduced.
+                 generator: Optional[torch.Generator] = None, backend: str = "auto",
+                 edge_index: Optional[Tensor] = None) -> Tensor:
+    """Lifted edges: base radius graph (or a given base graph), expanded to lift pairs,
+    optionally reduced.
 
     Args:
         pos: ``(N, n)`` base positions; ``batch`` ``(N,)`` or ``None``.
@@ -207,6 +210,10 @@ def lifted_edges(pos: Tensor, batch: Optional[Tensor], num_lifts: int, radius: O
         log_threshold: ``eta`` of the log-map distance threshold.
         distance_weights: block weights of that distance (``{"rotation": w}``).
         loop: base self loops (a point attends to all its own lifts).
+        edge_index: a base graph ``(2, E)`` over the points (row 0 source, row 1 target), e.g.
+            from ``torch_geometric.transforms.RadiusGraph``, used as it is instead of the radius
+            graph (``radius`` and ``loop`` are then ignored: include self loops in it for a
+            point to attend to its own lifts).
 
     Returns:
         ``(2, E)`` edge index over the ``N K`` lifted nodes.
@@ -216,7 +223,13 @@ def lifted_edges(pos: Tensor, batch: Optional[Tensor], num_lifts: int, radius: O
     if batch is not None:
         batch_vector(batch, N, "point")
     num_lifts = positive_int("num_lifts", num_lifts)
-    ei = expand_edges(base_graph(pos, batch, radius, loop=loop, backend=backend), N, num_lifts)
+    if edge_index is None:
+        edge_index = base_graph(pos, batch, radius, loop=loop, backend=backend)
+    else:  # any order; expand_edges wants it sorted by target
+        _checks.edge_index(edge_index)
+        edge_index = _checks.index_tensor("edge_index", edge_index, N, "point")
+        edge_index = edge_index[:, argsort_keys(edge_index[1] * max(N, 1) + edge_index[0])[1]]
+    ei = expand_edges(edge_index, N, num_lifts)
     if log_threshold is not None:
         if g is None or group is None:
             raise ValueError("log_threshold needs the lifted elements g and the group")

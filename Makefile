@@ -1,6 +1,7 @@
 # The two entry points of the README. Both set up .venv first (fast when already done).
 PY := .venv/bin/python
-PYTEST_ARGS ?=
+# the tests run single-threaded (tests/conftest.py): one worker per core
+PYTEST_ARGS ?= -n 2
 
 .PHONY: setup demo test bench clean
 

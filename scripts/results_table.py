@@ -114,6 +114,39 @@ def _metric_rows(record: Dict[str, Any]) -> List[tuple]:
     return rows
 
 
+def _worse(metric: str, paper: Any, ours: Any) -> Optional[str]:
+    """How ``ours`` falls short of the paper's number, or None: accuracies more than 0.02 below,
+    errors and losses more than 1.5x above; other metrics (and missing values) are not judged."""
+    if paper is None or ours is None:
+        return None
+    name = metric.rsplit(".", 1)[-1]
+    if name.endswith("acc"):
+        return f"{_fmt(ours)} < {_fmt(paper)}" if ours < paper - 0.02 else None
+    if any(w in name for w in ("error", "mse", "loss", "mae")):
+        return f"{_fmt(ours)} > {_fmt(paper)}" if ours > 1.5 * paper else None
+    return None
+
+
+def _shortfalls(records: Dict[str, Dict[str, Dict[str, Any]]]) -> str:
+    lines = []
+    for experiment in sorted(records, key=_natural):
+        for run in sorted(records[experiment], key=_natural):
+            rec = records[experiment][run]
+            ours, paper = rec.get("metrics") or {}, rec.get("paper") or {}
+            for metric in sorted(paper, key=_natural):
+                why = _worse(metric, paper[metric], ours.get(metric))
+                if why:
+                    setting = rec.get("setting", "")
+                    lines.append(f"| {experiment} | {_cell(run)} | {_cell(metric)} | {why} | "
+                                 f"{'the paper' if setting == 'paper' else _cell(setting)} |\n")
+    if not lines:
+        return ""
+    return ("\n## Where ours falls short of the paper\n\n"
+            "Accuracies more than 0.02 below the paper's, errors more than 1.5 times above it. The setting "
+            "is the first suspect where it is not the paper's; the experiment pages discuss what is known.\n\n"
+            "| experiment | run | metric | ours vs paper | setting |\n|---|---|---|---|---|\n" + "".join(lines))
+
+
 def render(root: Path) -> str:
     """The text of docs/results.md for the result files under ``root``."""
     records = read_records(root)
@@ -142,6 +175,7 @@ def render(root: Path) -> str:
             plots += sorted((p.name for p in (root / experiment).glob(f"{run}.*.png")), key=_natural)
         if plots:
             parts.append("\nPlots: " + ", ".join(f"`results/{experiment}/{p}`" for p in plots) + ".\n")
+    parts.append(_shortfalls(records))
     return "".join(parts)
 
 

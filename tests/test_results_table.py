@@ -111,3 +111,15 @@ def test_table_refuses_absolute_paths(tmp_path):
     _write(tmp_path, command=["pyg-lie", "train", "x", "--out", "/tmp/somewhere"])
     with pytest.raises(ValueError, match="absolute paths"):
         mod.render(tmp_path)
+
+
+def test_shortfalls_list_accuracies_below_and_errors_above_the_paper(tmp_path):
+    mod = _script()
+    _write(tmp_path, "exp", "a", metrics={"acc": 0.70, "pose_error": 0.004, "params": 5},
+           paper={"acc": 0.75, "pose_error": 0.003, "params": 36, "other_acc": 0.9}, setting="scaled down: n 1")
+    _write(tmp_path, "exp", "b", metrics={"acc": 0.74, "pose_error": 0.01}, paper={"acc": 0.75, "pose_error": 0.003})
+    text = mod.render(tmp_path).split("## Where ours falls short of the paper")[1]
+    assert "| exp | a | acc | 0.7 < 0.75 | scaled down: n 1 |" in text
+    assert "| exp | b | pose_error | 0.01 > 3.00e-03 | the paper |" in text
+    assert "| a | pose_error" not in text and "| b | acc" not in text and "params" not in text
+    assert "other_acc" not in text  # no value of ours: not judged

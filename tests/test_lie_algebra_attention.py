@@ -229,7 +229,7 @@ def test_layer_repr_reset_sequential_and_errors():
         LieAlgebraAttention(8, 4, G, score="dot")
     with pytest.raises(ValueError, match="chart"):
         LieAlgebraAttention(8, 4, G, chart="clamp")
-    with pytest.raises(ValueError, match="h must have shape"):
+    with pytest.raises(ValueError, match="x must have shape"):
         layer(torch.randn(5, 7), ei, g)
     with pytest.raises(ValueError, match="w must have shape"):
         layer(torch.randn(5, 8), ei, g, w=torch.zeros(3, 3))

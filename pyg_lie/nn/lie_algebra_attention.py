@@ -141,7 +141,7 @@ class LieAlgebraAttention(MessagePassing):
         chart: out-of-chart behaviour, ``"mask"`` or ``"error"`` (module docstring).
 
     Shapes:
-        - input: ``h (N, in_channels)``, ``edge_index (2, E)``, ``g (N, m, m)``,
+        - input: ``x (N, in_channels)`` (the invariant states ``h``), ``edge_index (2, E)``, ``g (N, m, m)``,
           optionally ``w (E, dim)`` precomputed by :func:`relative_log` (shared by
           all layers of a model) and ``valid (E,)``.
         - output: ``(N, H * out_channels)`` (``(N, out_channels)`` if not concat),
@@ -234,23 +234,23 @@ class LieAlgebraAttention(MessagePassing):
         return (hid * self.kernel_w2).sum(-1) + self.kernel_b2
 
     # ----------------------------------------------------------------- forward
-    def forward(self, h: Tensor, edge_index: Tensor, g: Tensor,
+    def forward(self, x: Tensor, edge_index: Tensor, g: Tensor,
                 return_attention_weights: Optional[bool] = None,
                 w: Optional[Tensor] = None, valid: Optional[Tensor] = None):
         """See the class docstring for shapes."""
-        if h.dim() != 2 or h.shape[-1] != self.in_channels:
-            raise ValueError(f"h must have shape (N, {self.in_channels}), got {tuple(h.shape)}")
+        if x.dim() != 2 or x.shape[-1] != self.in_channels:
+            raise ValueError(f"x must have shape (N, {self.in_channels}), got {tuple(x.shape)}")
         given = edge_index
         edge_index = checks.plain_edge_index(edge_index)
         checks.edge_index(edge_index)
-        checks.group_elements(self.group, g, h.size(0))
+        checks.group_elements(self.group, g, x.size(0))
         if w is None:
             w, valid = relative_log(self.group, g, edge_index, self.chart)
         elif w.shape != (edge_index.shape[1], self.group.dim):
             raise ValueError(f"w must have shape (E, {self.group.dim}) = "
                              f"({edge_index.shape[1]}, {self.group.dim}), got {tuple(w.shape)}; "
                              "compute it with pyg_lie.nn.lie_algebra_attention.relative_log")
-        w = w.to(h.dtype)
+        w = w.to(x.dtype)
         if valid is not None:
             w = torch.where(valid[:, None], w, torch.zeros_like(w))
         s = self.compute_score(w)  # (E, H)
@@ -258,15 +258,15 @@ class LieAlgebraAttention(MessagePassing):
             s = torch.where(valid[:, None], s, torch.full_like(s, -1e30 if s.dtype != torch.float16 else -6e4))
         mask = explain_mask(self, edge_index.shape[1])
         if mask is None:
-            alpha = edge_attention(s, edge_index[1], num_nodes=h.shape[0])
+            alpha = edge_attention(s, edge_index[1], num_nodes=x.shape[0])
         else:  # an explainer's mask, before the normalisation
-            alpha = masked_edge_attention(s, edge_index[1], h.shape[0], mask)
+            alpha = masked_edge_attention(s, edge_index[1], x.shape[0], mask)
         if valid is not None:
             alpha = alpha * valid[:, None].to(alpha.dtype)
         alpha_drop = F.dropout(alpha, p=self.dropout, training=self.training)
         # W_V [h_j ; w_ij] = W_h h_j + b + W_w w_ij: the h part once per node, not per edge
         W = self.lin_value.weight
-        hv = F.linear(h, W[:, :self.in_channels], self.lin_value.bias)
+        hv = F.linear(x, W[:, :self.in_channels], self.lin_value.bias)
         out = self.propagate(edge_index, hv=hv, w=w, alpha=alpha_drop)  # (N, H, C)
         out = out.reshape(-1, self.heads * self.out_channels) if self.concat else out.mean(1)
         if return_attention_weights:

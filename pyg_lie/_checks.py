@@ -160,7 +160,7 @@ def plain_index(name: str, t: Any) -> Tensor:
         raise ValueError(f"{name} must be an integer tensor, got {type(t).__name__}")
     if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
         raise ValueError(f"{name} must hold integer indices, got {t.dtype}; use {name}.long()")
-    if type(t) is not Tensor:
+    if type(t) is not Tensor and not torch.compiler.is_compiling():  # traced tensors are never copied
         return torch.empty(t.shape, dtype=torch.int64, device=t.device).copy_(t)
     return t if t.dtype == torch.int64 else t.to(torch.int64)
 
@@ -169,7 +169,7 @@ def index_range(name: str, t: Tensor, size: int, what: str = "node") -> None:
     """``ValueError`` naming ``name`` unless every entry of ``t`` lies in ``[0, size)``: one
     ``aminmax`` (one device sync), left out under ``torch.compile`` and for fake tensors.
     Negative indices are errors, never counted from the end."""
-    if t.numel() == 0 or not _reads_values(t):
+    if not _reads_values(t) or t.numel() == 0:
         return
     lo, hi = torch.aminmax(t.detach()) if t.dim() else (t, t)
     lo, hi = int(lo), int(hi)

@@ -63,13 +63,16 @@ def edge_attention(
         if ptr.dim() != 1 or ptr.numel() != num_nodes + 1:
             raise ValueError(f"ptr must be the CSR pointer of the targets, shape ({num_nodes + 1},) "
                              f"(num_nodes + 1), got {tuple(ptr.shape)}")
-        E = score.shape[0] if score.dim() else 0
-        if not _is_compiling() and (index.dim() != 1 or index.numel() != E):
-            raise ValueError(f"index must hold the target of each of the {E} edges, got shape {tuple(index.shape)}")
-        ptr = checks.pointer("ptr", ptr, E, num_nodes, validate=validate)
-        index = checks.plain_index("index", index)
-        if not _is_compiling() and degree > 0 and E != num_nodes * degree:
-            raise ValueError(f"degree={degree} with {num_nodes} targets needs {num_nodes * degree} edges, got {E}")
+        if not _is_compiling():  # (under torch.compile, evaluating the sizes alone broke dynamic-shape guards)
+            E = score.shape[0] if score.dim() else 0
+            if index.dim() != 1 or index.numel() != E:
+                raise ValueError(f"index must hold the target of each of the {E} edges, got shape "
+                                 f"{tuple(index.shape)}")
+            ptr = checks.pointer("ptr", ptr, E, num_nodes, validate=validate)
+            index = checks.plain_index("index", index)
+            if degree > 0 and E != num_nodes * degree:
+                raise ValueError(f"degree={degree} with {num_nodes} targets needs {num_nodes * degree} edges, "
+                                 f"got {E}")
         if degree > 0 and score.dim() == 2:
             st = score.t().reshape(score.shape[1], -1, degree)  # (H, N, K)
             return dense_edge_attention(st, dim=-1, normalization=normalization).reshape(score.shape[1], -1).t()
@@ -268,11 +271,12 @@ def csr_softmax_attention(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: T
     :func:`pyg_lie.ops.set_backend` (or ``PYG_LIE_BACKEND``), the operator
     :func:`pyg_lie.ops.csr_softmax_attention` runs instead (Triton kernels on CUDA).
     """
-    s.check(q.shape[0], s.col.numel())
-    if not _is_compiling() and l.shape != (q.shape[1], s.col.numel()):
-        raise ValueError(f"the location scores must have shape (H, E) = {(q.shape[1], s.col.numel())}, one per "
-                         f"head and edge of the structure, got {tuple(l.shape)} (location features of another "
-                         f"length, e.g. a rel_log that is not of these edges?)")
+    if not _is_compiling():  # (evaluating the sizes alone broke guards of dynamic shapes)
+        s.check(q.shape[0], s.col.numel())
+        if l.shape != (q.shape[1], s.col.numel()):
+            raise ValueError(f"the location scores must have shape (H, E) = {(q.shape[1], s.col.numel())}, one "
+                             f"per head and edge of the structure, got {tuple(l.shape)} (location features of "
+                             f"another length, e.g. a rel_log that is not of these edges?)")
     if ops.serves(q):
         return ops.csr_softmax_attention(s, q, k, v, l)
     if not _is_compiling() and not s.complete and _native.csr_attention_supported(q, k, v, l):

@@ -28,13 +28,8 @@ FORBIDDEN = re.compile(
     r"|runs/s\d+"
 )
 
-# files that still break the rule, reported to their owners; xfail(strict=False) so that the
-# test passes as soon as they are fixed and fails for every other file
-KNOWN = {
-    "pyg_lie/benchmarks/lie_self_attention.py": "module docstring names FIELD_NOTES",
-    "pyg_lie/benchmarks/official_lie_transformer.py": "module docstring names ../shared/papers",
-    "docs/cli.md": "generated from pyg_lie/experiments/vit.py, whose --max-train help has a date",
-}
+# files that still break the rule (none now); xfail(strict=False) entries would name their reason
+KNOWN = {}
 
 
 def _doc_files():

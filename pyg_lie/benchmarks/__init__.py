@@ -4,10 +4,9 @@ import platform
 
 
 def host_description() -> str:
-    """The CPU the numbers come from, e.g. ``AMD EPYC (x86 family 23 model 1), 2 CPUs, FMA
-    AVX2, torch 2.14.1``. Ratios between compute-bound and memory-bound code change with the
-    vector units: against the official LieTransformer, 8 of 11 configurations reached 10x on a
-    host with AVX-512 and 2-3 of 11 on one with 128-bit FMA units (docs/lie_transformer.md)."""
+    """The class of CPU the numbers come from (model family, core count, vector units, torch
+    version). Ratios between compute-bound and memory-bound code change with the vector units,
+    so benchmark tables name it beside every ratio."""
     import torch
 
     name, family, model, flags = platform.processor() or platform.machine(), "", "", set()

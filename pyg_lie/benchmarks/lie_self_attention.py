@@ -13,8 +13,8 @@ one warm-up) and peak memory of
   lifted graph (edge features = the relative log), as a reference;
 
 against ``N`` (points per cloud) and the number of lift samples ``K``, and the
-full model (lift + edges + blocks + pooling) on the configurations whose
-official-implementation timings are listed in ``FIELD_NOTES.md`` section 2, built
+full model (lift + edges + blocks + pooling) on the configurations the official
+implementation was timed on (``OFFICIAL``), built
 with the official blocks' widths (``OFFICIAL_ARCH``: location MLP 16-16 per head, pointwise
 MLP ``d -> d -> d``) so that both sides do the same per-node work; with ``--compile``
 also with every block under ``torch.compile`` (compilation timed apart). Beside each
@@ -105,7 +105,8 @@ VARIANTS_WITH_MEMORY = ("official-code",)
 #: that no implementation of the architecture can exceed on this host
 VARIANTS_WITH_BOUND = ("official-code",)
 
-#: official implementation on this CPU (FIELD_NOTES section 2): seconds, GB
+#: the official implementation's times (low, high; seconds) and peak memory (GB) on a 2-core CPU,
+#: for reference beside the same-run timings of --official-src
 OFFICIAL = {
     "T2 32x32 d128 L4 all": (0.12, 0.19, 0.9),
     "SE2 K4 32x32 d128 L4 all": (4.2, 4.4, 4.4),
@@ -399,7 +400,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dense-max-nodes", type=positive_int, default=4096, help="skip dense above N K lifted nodes")
     p.add_argument("--repeats", type=positive_int, default=3)
     p.add_argument("--threads", type=positive_int, default=1,
-                   help="torch threads per run (1 is much faster than 2 on a busy 2-core machine)")
+                   help="torch threads per run (on a machine shared with other work, 1 is often faster)")
     p.add_argument("--timeout", type=positive_float, default=1800, help="seconds per implementation's subprocess")
     p.add_argument("--skip-sweep", action="store_true")
     p.add_argument("--skip-official", action="store_true")
@@ -570,7 +571,7 @@ def format_tables(results: List[Dict], args) -> str:
     peak = f"{rates[0]:.0f}-{rates[-1]:.0f}" if rates else "-"
     if off:
         lines += ["", "### full model (lift + edges + blocks + pool), forward+backward, vs the official code "
-                  "(FIELD_NOTES section 2, 2 threads, idle machine)", "",
+                  "(same run, 2 threads)", "",
                   "pointwise s: the model's per-node work alone (LayerNorms, projections, MLPs), which any "
                   "implementation does; official / pointwise bounds the possible speed-up. GFLOP: the blocks' "
                   "matrix products, forward + backward (per-node layers, location MLP on every edge, q.k "

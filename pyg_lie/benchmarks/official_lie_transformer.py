@@ -1,7 +1,7 @@
 """The official LieTransformer code as a peer of ``pyg-lie bench lie-self-attention``.
 
 ``--official-src DIR`` times the authors' implementation (Hutchinson et al. 2021,
-``../shared/papers/lietransformer.txt``) in the same run as the model, so that the speed-up is
+"LieTransformer: Equivariant self-attention for Lie groups") in the same run as the model, so that the speed-up is
 measured on one host instead of against figures taken on another. Its code is not on the
 package registry: ``DIR`` must hold the package ``eqv_transformer`` of
 github.com/oxcsml/lie-transformer and the package ``lie_conv`` of the authors' LieConv fork,

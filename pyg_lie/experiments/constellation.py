@@ -106,7 +106,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="lift sample counts of the invariance-error curve")
     p.add_argument("--invariance-clouds", type=positive_int, default=200, help="test clouds for invariance errors")
     p.add_argument("--threads", type=positive_int, default=1,
-                   help="torch threads (1 is much faster than 2 on a busy 2-core machine)")
+                   help="torch threads (on a machine shared with other work, 1 is often faster)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--seed", type=nonnegative_int, default=0, help="model init / data order seed")
     p.add_argument("--out", default="runs/constellation", help="output folder")

@@ -9,7 +9,7 @@ prints one table per group with the paper's numbers side by side, writes
 ``summary.md`` and ``pose_error.png`` (pose error per group and model, log scale,
 paper values as black markers).
 
-Full reproduction (long on a 2-core CPU; see docs/lie_algebra_attention.md)::
+Full reproduction (hours on a small CPU; see docs/lie_algebra_attention.md)::
 
     pyg-lie summary --seeds 0 1 2 --steps 4000
 """

@@ -124,8 +124,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-workers", type=nonnegative_int, default=0)
     p.add_argument("--device", choices=["cpu", "cuda"], default=None)
     p.add_argument("--threads", type=nonnegative_int, default=1,
-                   help="torch intra-op threads per process (0: torch's default; 1 is far faster on a busy "
-                        "2-core CPU; raise it on a large idle machine)")
+                   help="torch intra-op threads per process (0: torch's default; 1 is often faster on a "
+                        "machine shared with other work; raise it on a large idle machine)")
     p.add_argument("--out", type=str, default="runs/qm9")
     p.add_argument("--resume", type=str, default=None, help="checkpoint to continue from ('auto': OUT/checkpoint.pt)")
     p.add_argument("--time-budget", type=nonnegative_float, default=None, metavar="MIN",

@@ -77,8 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--double", action="store_true", help="train in float64")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None)
     p.add_argument("--threads", type=nonnegative_int, default=1,
-                   help="torch intra-op threads per process (0: torch's default; 1 is far faster on a busy "
-                        "2-core CPU; raise it on a large idle machine)")
+                   help="torch intra-op threads per process (0: torch's default; 1 is often faster on a "
+                        "machine shared with other work; raise it on a large idle machine)")
     p.add_argument("--out", type=str, default="runs/springs")
     p.add_argument("--resume", type=str, default=None, help="checkpoint to continue from ('auto': OUT/checkpoint.pt)")
     p.add_argument("--stop-after", type=positive_int, default=None,

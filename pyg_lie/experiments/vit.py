@@ -74,8 +74,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=positive_int, default=10,
                    help="epochs at ratio 1; ratio r trains epochs/r (<= 10x)")
     p.add_argument("--max-train", type=positive_int, default=5000,
-                   help="size of the full (100%%) training set (before 30 Nov 2026 the default was 1000: "
-                        "100 images at 10%% gave seed-to-seed spreads as large as the D4-C1 gap)")
+                   help="size of the full (100%%) training set (1000 images gave, at 10%%, seed-to-seed "
+                        "spreads as large as the D4-C1 gap)")
     p.add_argument("--n-val", type=positive_int, default=1000, help="validation images (checkpoint selection; was 300)")
     p.add_argument("--n-test", type=positive_int, default=1000)
     p.add_argument("--img-size", type=positive_int, default=16)

@@ -27,7 +27,7 @@ def test_train_summary_and_bench_cli(tmp_path):
     assert os.path.exists(os.path.join(out, "pose_error.png"))
     bout = str(tmp_path / "bench")
     assert main(["bench", "lie-algebra-attention", "--groups", "SE2", "--sizes", "8", "--k", "3",
-                 "--layers", "1", "--repeat", "1", "--out", bout]) == 0
+                 "--layers", "1", "--repeat", "1", "--graph-sizes", "64", "--out", bout]) == 0
     rows = json.load(open(os.path.join(bout, "bench.json")))["rows"]
     assert {(r["model"], r["graph"]) for r in rows} == {("G", "knn"), ("G", "complete"),
                                                        ("A", "knn"), ("A", "complete")}

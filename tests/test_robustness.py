@@ -130,11 +130,15 @@ def test_lie_self_attention_rel_log_with_bad_edges_or_shape():
     e[0, 5] = 10 ** 6
     with pytest.raises(ValueError, match="edge_index"):
         m(x, e, g, rel_log=rl)
-    # rel_log of the wrong width or length (the layer's own check names rel_log; below it, the
-    # native boundary refuses it)
-    for bad in (torch.randn(2_000_000, 2), torch.randn(rl.shape[0], 5), torch.randn(10, 3)):
-        with pytest.raises(ValueError):
-            m(x, ei, g, rel_log=bad)
+    # rel_log of the wrong width or length: the layer's own check names rel_log (and below it,
+    # the native boundary refuses it too); the same on the message-passing path
+    for fused in ("auto", False):
+        m.fused = fused
+        for bad in (torch.randn(2_000_000, 2), torch.randn(rl.shape[0], 5), torch.randn(10, 3),
+                    torch.randn(1, 3)):
+            with pytest.raises(ValueError, match="rel_log"):
+                m(x, ei, g, rel_log=bad)
+    m.fused = "auto"
     assert torch.equal(m(x, ei, g, rel_log=rl), ref)
     """)
 
@@ -147,7 +151,7 @@ def test_csr_structure_of_another_graph():
     N = g.shape[0]
     x = torch.randn(N, 16)
     other = torch.randint(0, 1000, (2, 500))
-    other = other[:, torch.argsort(other[1] * 1000 + other[0])]  # sorted: the layer cannot see the mismatch
+    other = other[:, torch.argsort(other[1] * 1000 + other[0])]
     for combine in ("multiplicative", "additive"):
         m = LieSelfAttention(16, 32, "SE2", heads=4, combine=combine)
         with pytest.raises(ValueError, match="csr"):

@@ -203,6 +203,11 @@ class LieSelfAttention(MessagePassing):
         edge_index = checks.plain_edge_index(edge_index)
         if not _is_compiling():
             self._check(x, edge_index, g, invariants)
+            if rel_log is not None:
+                checks.edge_features("rel_log", rel_log, edge_index.size(1), self.group.dim,
+                                     "; pass group.relative_log(g, edge_index, one_sided_cut=True)")
+            if csr is not None:
+                csr.check(x.size(0), edge_index.size(1))
         if not self._features_checked and checks._reads_values(x):
             self._features_checked = True
             self._warn_if_identical(x)

@@ -117,17 +117,6 @@ def floating(name: str, value: Tensor, like: Optional[Tensor] = None) -> None:
                          f"{name}.to({like.dtype}) or convert the model (model.to({value.dtype}))")
 
 
-def plain_edge_index(value: Any) -> Any:
-    """``value`` as a plain :class:`torch.Tensor` when it is a tensor subclass such as PyG's
-    ``EdgeIndex`` or ``Index`` (whose ``data_ptr()`` is 0, so no kernel may see them), else
-    ``value`` unchanged for :func:`edge_index` to check."""
-    if isinstance(value, Tensor) and type(value) is not Tensor:
-        as_tensor = getattr(value, "as_tensor", None)
-        return as_tensor() if callable(as_tensor) else value.as_subclass(Tensor).clone(
-            memory_format=torch.contiguous_format).as_subclass(Tensor)
-    return value
-
-
 def tracing() -> bool:
     """True under ``torch.compile`` / ``torch.export`` and while a ``FakeTensorMode`` is active:
     no tensor values can be read (every data-dependent step must take its traceable form)."""

@@ -241,8 +241,8 @@ class LieAlgebraAttention(MessagePassing):
         if x.dim() != 2 or x.shape[-1] != self.in_channels:
             raise ValueError(f"x must have shape (N, {self.in_channels}), got {tuple(x.shape)}")
         given = edge_index
-        edge_index = checks.plain_edge_index(edge_index)
         checks.edge_index(edge_index)
+        edge_index = checks.plain_index("edge_index", edge_index)  # EdgeIndex / Index: a plain int64 tensor
         checks.group_elements(self.group, g, x.size(0))
         if w is None:
             w, valid = relative_log(self.group, g, edge_index, self.chart)

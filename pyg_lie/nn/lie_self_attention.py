@@ -200,7 +200,8 @@ class LieSelfAttention(MessagePassing):
         precomputed once for a stack of layers on the same edges.
         """
         given = edge_index
-        edge_index = checks.plain_edge_index(edge_index)
+        checks.edge_index(edge_index)
+        edge_index = checks.plain_index("edge_index", edge_index)  # EdgeIndex / Index: a plain int64 tensor
         if not _is_compiling():
             self._check(x, edge_index, g, invariants)
             if rel_log is not None:
@@ -323,7 +324,6 @@ class LieSelfAttention(MessagePassing):
         if x.dim() != 2 or x.size(1) != self.in_channels:
             raise ValueError(f"x must have shape (N, {self.in_channels}), got {tuple(x.shape)}")
         checks.group_elements(self.group, g, x.size(0))
-        checks.edge_index(edge_index)
         if self.invariant_dim > 0:
             if invariants is None or invariants.shape != (x.size(0), self.invariant_dim):
                 raise ValueError(f"invariants must have shape ({x.size(0)}, {self.invariant_dim}) "

@@ -268,8 +268,8 @@ class S2AttentionConv(MessagePassing):
             raise ValueError(f"source, target and value features must have matching batch layout, got "
                              f"x_src {tuple(x_src.shape)}, x_dst {tuple(x_dst.shape)}, value {tuple(x_val.shape)}")
         given = edge_index
-        edge_index = checks.plain_edge_index(edge_index)
         checks.edge_index(edge_index)
+        edge_index = checks.plain_index("edge_index", edge_index)  # EdgeIndex / Index: a plain int64 tensor
         if quad_weights is not None and quad_weights.shape != (x_src.shape[0],):
             raise ValueError(f"quad_weights must have shape (N_src,) = ({x_src.shape[0]},), got "
                              f"{tuple(quad_weights.shape)}")

@@ -14,13 +14,15 @@ dates, host names or paths, so the page names only the class of the machine.
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import math
 import re
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts' shared helper
+from _generated import write_or_check  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "benchmarks" / "results"
@@ -180,20 +182,7 @@ def main(argv: Sequence[str] = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 if docs/benchmarks.md is out of date")
     ap.add_argument("--out", default=str(TARGET), help="file to write or check")
     args = ap.parse_args(argv)
-    text = render()
-    out = Path(args.out)
-    if args.check:
-        old = out.read_text() if out.exists() else ""
-        if old != text:
-            diff = difflib.unified_diff(old.splitlines(), text.splitlines(), str(out), "generated", lineterm="")
-            print("\n".join(list(diff)[:40]))
-            print(f"{out} is out of date: run python scripts/benchmarks_table.py", file=sys.stderr)
-            return 1
-        return 0
-    out.write_text(text)
-    print(f"wrote {out}")
-    return 0
-
+    return write_or_check(render(), Path(args.out), args.check, "scripts/benchmarks_table.py")
 
 if __name__ == "__main__":
     sys.exit(main())

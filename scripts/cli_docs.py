@@ -10,12 +10,14 @@ the short introduction at the top is written below.
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import sys
 import warnings
 from pathlib import Path
 from typing import Iterator, List, Sequence, Tuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts' shared helper
+from _generated import write_or_check  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = ROOT / "docs" / "cli.md"
@@ -153,20 +155,7 @@ def main(argv: Sequence[str] = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 if docs/cli.md is out of date")
     ap.add_argument("--out", default=str(TARGET), help="file to write or check")
     args = ap.parse_args(argv)
-    text = render()
-    out = Path(args.out)
-    if args.check:
-        old = out.read_text() if out.exists() else ""
-        if old != text:
-            diff = difflib.unified_diff(old.splitlines(), text.splitlines(), str(out), "generated", lineterm="")
-            print("\n".join(list(diff)[:40]))
-            print(f"{out} is out of date: run python scripts/cli_docs.py", file=sys.stderr)
-            return 1
-        return 0
-    out.write_text(text)
-    print(f"wrote {out}")
-    return 0
-
+    return write_or_check(render(), Path(args.out), args.check, "scripts/cli_docs.py")
 
 if __name__ == "__main__":
     sys.exit(main())

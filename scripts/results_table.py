@@ -13,13 +13,15 @@ and no dates, host names, timings or absolute paths are written.
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import math
 import re
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts' shared helper
+from _generated import write_or_check  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "results"
@@ -185,21 +187,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--results", default=str(SOURCE), help="folder of the result files")
     p.add_argument("--out", default=str(TARGET), help="the Markdown file")
     args = p.parse_args(argv)
-    text = render(Path(args.results))
-    out = Path(args.out)
-    if args.check:
-        have = out.read_text() if out.is_file() else ""
-        if have != text:
-            diff = difflib.unified_diff(have.splitlines(True), text.splitlines(True), str(out), "generated")
-            sys.stdout.writelines(list(diff)[:60])
-            print(f"\n{out} is out of date: run python scripts/results_table.py")
-            return 1
-        return 0
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(f"wrote {out}")
-    return 0
-
+    return write_or_check(render(Path(args.results)), Path(args.out), args.check, "scripts/results_table.py")
 
 if __name__ == "__main__":
     raise SystemExit(main())

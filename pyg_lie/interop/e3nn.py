@@ -37,13 +37,12 @@ from typing import Optional, Tuple, Union
 import torch
 from e3nn import o3
 from torch import Tensor
-from torch_geometric.utils import scatter
 
 from .. import _checks as checks
-from .._batch import num_graphs
 from ..groups import LieGroup
 from ..groups.base import _is_compiling
 from ..groups.so3 import SO3
+from ..nn.group_pool import GroupPool
 from ..nn.lift import Lift, LiftedPoints
 
 __all__ = ["as_irreps", "wigner_D", "rotate_irreps", "to_axis_angle", "from_axis_angle",
@@ -352,6 +351,7 @@ class IrrepsPool(torch.nn.Module):
             raise ValueError(f"reduce must be 'mean' or 'sum' (a maximum is not equivariant), got {reduce!r}")
         self.irreps = as_irreps(irreps)
         self.reduce = reduce
+        self.group_pool = GroupPool(reduce)  # the pooling itself, after rotating back
 
     def forward(self, y: Tensor, g: Tensor, batch: Optional[Tensor] = None,
                 size: Optional[int] = None) -> Tensor:
@@ -362,13 +362,7 @@ class IrrepsPool(torch.nn.Module):
         R = rotation_part(g, "g")
         if R.shape[:-2] != y.shape[:1]:
             raise ValueError(f"g must hold one element per row of y ({y.shape[0]}), got {tuple(g.shape)}")
-        z = _rotate(self.irreps, y, R, inverse=False)
-        if batch is None:
-            return z.mean(0, keepdim=True) if self.reduce == "mean" else z.sum(0, keepdim=True)
-        checks.batch_vector(batch, y.size(0), "row of y")
-        if size is None:
-            size = num_graphs(batch)
-        return scatter(z, batch, dim=0, dim_size=size, reduce=self.reduce)
+        return self.group_pool(_rotate(self.irreps, y, R, inverse=False), batch, size)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.irreps}, reduce={self.reduce!r})"

@@ -9,8 +9,7 @@ def select(t: Tensor, axis: int, index: Tensor) -> Tensor:
     """``t.index_select(axis, index)`` for a 2-D ``t``.
 
     Along axis 1 it goes through ``torch.gather`` with an expanded (stride-0) index, which on
-    CPU takes about half the time of ``index_select``: a ``(4, 1024)`` float32 tensor at 32k
-    sorted indices, 2 threads, median of 200 interleaved calls: 0.11 against 0.24 ms.
+    CPU takes about half the time of ``index_select`` for a few rows and many sorted indices.
     """
     if axis == 0 or t.dim() != 2:
         return t.index_select(axis, index)

@@ -1,9 +1,7 @@
 """Sorting of int64 keys, the step that puts edges in ``(target, source)`` order.
 
-Comparison sorts are slow here: on the 2-core dev CPU (torch 2.14, numpy 1.26, no
-AVX-512) numpy's quicksort of 32k random int64 keys took about 2 ms and torch's
-sort 2.4 ms (median of 31). The keys are bounded integers (``target * N +
-source``), so on CPU (outside ``torch.compile``) both functions use the native
+Comparison sorts cost ``O(E log E)`` and dominate graph construction for tens of thousands
+of edges. The keys are bounded integers (``target * N + source``), so on CPU (outside ``torch.compile``) both functions use the native
 stable radix sort (:func:`pyg_lie.nn._native.radix_sort`, linear time, a few
 passes of 8-bit digits). Without the native kernels (no C compiler, or
 ``PYG_LIE_NATIVE=0``):

@@ -42,15 +42,14 @@ Backends
 * ``"auto"``: on CPU ``"kdtree"`` (if scipy imports; else ``"torch_cluster"``
   if installed; else ``"cdist"``); on CUDA ``"torch_cluster"`` if installed,
   else ``"cdist"``; on other devices ``"cdist"``. The CPU rule is measured by
-  ``pyg-lie bench neighbors`` (``docs/neighbors.md``): on the 2-core dev VM the
-  k-d tree was 1.1-2x faster than torch-cluster at 10k-100k points (4 graphs,
-  ~16 neighbours per point), on par at 1k, and ``cdist`` 3-20x slower.
+  ``pyg-lie bench neighbors`` (``docs/neighbors.md``): on a small CPU the k-d tree
+  beat torch-cluster from about 10k points on, and ``cdist`` was several times slower.
   Before any of these, :func:`radius_graph` with ``"auto"`` on CPU, points in 1
   to 3 dimensions, a sorted (or no) ``batch`` and no truncation runs the native
   cell lists of ``_native/radius_graph.c``: one pass, the same float64 rule
   (products and sums rounded one by one, as in the shared step), the edges
-  already in order (1024 points, 32 neighbours each on average, 2 threads,
-  median of 200 calls: 0.8 ms against 4.7 ms through the k-d tree).
+  already in order (several times faster than the k-d tree; run
+  ``pyg-lie bench neighbors`` to see the ratios on a machine).
 
 Batches need not be sorted and graph ids may be any integers.
 """

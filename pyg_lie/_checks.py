@@ -98,13 +98,22 @@ def batch_vector(batch: Any, num_nodes: int, per: str = "node") -> None:
         raise ValueError(f"batch must hold graph ids >= 0, got {int(batch.min())}")
 
 
-def group_elements(group: Any, g: Any, num_nodes: int) -> None:
-    """``g`` must hold one matrix of ``group`` per node: ``(num_nodes, m, m)``."""
+def group_elements(group: Any, g: Any, num_nodes: int, members: bool = False) -> None:
+    """``g`` must hold one matrix of ``group`` per node: ``(num_nodes, m, m)``; with ``members``
+    every matrix must moreover be an element of the group (:meth:`LieGroup.contains`: one pass
+    over ``g`` and one device sync, left out while tracing)."""
     m = group.matrix_size
     if not isinstance(g, Tensor) or g.dim() != 3 or tuple(g.shape) != (num_nodes, m, m):
         got = tuple(g.shape) if isinstance(g, Tensor) else type(g).__name__
         raise ValueError(f"g must hold one {group.name} element per node, shape ({num_nodes}, {m}, {m}), "
                          f"got {got}")
+    if members and num_nodes and g.is_floating_point() and _reads_values(g):
+        bad = ~group.contains(g.detach())
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0, 0])
+            raise ValueError(f"g[{i}] (and {int(bad.sum()) - 1} more) is no {group.name} element; build the "
+                             f"elements with the group (e.g. {group.name}().section(pos), .exp(xi), .random(N) "
+                             f"or a Lift)")
 
 
 def floating(name: str, value: Tensor, like: Optional[Tensor] = None) -> None:

@@ -190,3 +190,19 @@ def test_masked_log_agrees_with_log_inside_the_chart(name):
     assert inside.shape == (8,) and inside.all()
     torch.testing.assert_close(xi, G.log(g))
     assert G.has_chart_boundary == name.startswith("Aff")
+
+
+@pytest.mark.parametrize("name", sorted(GROUPS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_contains_tells_elements_from_other_matrices(name, dtype):
+    G = get_group(name)
+    gen = torch.Generator().manual_seed(0)
+    g, h = G.random(64, generator=gen, dtype=dtype), G.random(64, generator=gen, dtype=dtype)
+    assert G.contains(g).all() and G.contains(G.compose(G.compose(g, h), G.inv(g))).all()
+    m = G.matrix_size
+    other = torch.randn(64, m, m, generator=gen, dtype=torch.float64).to(dtype)
+    assert not G.contains(other).any()
+    bad = g.clone()
+    bad[3, 0, 0] = float("nan")
+    bad[5, -1, 0] = 0.5  # off the last row (affine) / off the manifold (others)
+    assert G.contains(bad).tolist() == [i not in (3, 5) for i in range(64)]

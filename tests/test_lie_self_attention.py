@@ -526,3 +526,17 @@ def test_benchmark_matmul_gflop_counts_the_dense_formulation():
         G.log(G.between(g.unsqueeze(2), g.unsqueeze(1)))
     dense = counter.get_total_flops() - len(model.blocks) * group_ops.get_total_flops()
     assert dense == pytest.approx(matmul_gflop(model, M, M * M) * 1e9, rel=1e-12)
+
+
+def test_matrices_that_are_no_group_elements_are_refused():
+    from pyg_lie.nn import LieAlgebraAttention
+    torch.manual_seed(0)
+    g = get_group("SE2").random(6)
+    ei = torch.tensor([[0, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 0]])
+    bad = g.clone()
+    bad[2] = torch.randn(3, 3)
+    for layer, x in ((LieSelfAttention(8, 8, "SE2", heads=2), torch.randn(6, 8)),
+                     (LieAlgebraAttention(8, 4, "SE2", heads=2), torch.randn(6, 8))):
+        layer(x, ei, g)
+        with pytest.raises(ValueError, match=r"g\[2\] .* is no SE2 element"):
+            layer(x, ei, bad)

@@ -193,6 +193,28 @@ class LieGroup(ABC):
         """
         return None
 
+    def contains(self, g: Tensor, tol: Optional[float] = None) -> Tensor:
+        """Which of the matrices ``g (..., m, m)`` are elements of the group: ``(...)`` bools.
+
+        Groups with an everywhere-defined log (rotations, rigid motions, translations): the
+        round trip ``exp(log(g))`` must give ``g`` back to ``tol`` relative to the largest
+        entry (default ``eps^(1/3)`` of the dtype: ``5e-3`` in float32, ``6e-6`` in float64,
+        above the rounding of composed elements and the steps of finite-difference gradient
+        checks, far below the error of a matrix that is no element). Affine groups: last row ``(0, ..., 0, 1)`` and a linear
+        part of positive determinant. Non-finite matrices are not elements.
+        """
+        tol = torch.finfo(g.dtype).eps ** (1 / 3) if tol is None else tol
+        finite = torch.isfinite(g).flatten(-2).all(-1)
+        g = torch.where(finite[..., None, None], g, torch.eye(self.matrix_size, dtype=g.dtype, device=g.device))
+        if self.has_chart_boundary:
+            last = torch.zeros(self.matrix_size, dtype=g.dtype, device=g.device)
+            last[-1] = 1
+            ok = ((g[..., -1, :] - last).abs().amax(-1) <= tol) & (torch.linalg.det(g[..., :-1, :-1]) > 0)
+        else:
+            scale = g.abs().flatten(-2).amax(-1).clamp_min(1.0)
+            ok = (self.exp(self.log(g)) - g).abs().flatten(-2).amax(-1) <= tol * scale
+        return ok & finite
+
     def identity(self, *batch: int, dtype: torch.dtype = torch.float32, device=None) -> Tensor:
         """Identity elements of shape ``(*batch, m, m)``."""
         eye = torch.eye(self.matrix_size, dtype=dtype, device=device)

@@ -243,7 +243,7 @@ class LieAlgebraAttention(MessagePassing):
         given = edge_index
         checks.edge_index(edge_index)
         edge_index = checks.plain_index("edge_index", edge_index)  # EdgeIndex / Index: a plain int64 tensor
-        checks.group_elements(self.group, g, x.size(0))
+        checks.group_elements(self.group, g, x.size(0), members=w is None)
         if w is None:
             w, valid = relative_log(self.group, g, edge_index, self.chart)
         elif w.shape != (edge_index.shape[1], self.group.dim):

@@ -204,6 +204,8 @@ class LieSelfAttention(MessagePassing):
         edge_index = checks.plain_index("edge_index", edge_index)  # EdgeIndex / Index: a plain int64 tensor
         if not _is_compiling():
             self._check(x, edge_index, g, invariants)
+            if rel_log is None:  # g is read: its matrices must be group elements
+                checks.group_elements(self.group, g, x.size(0), members=True)
             if rel_log is not None:
                 checks.edge_features("rel_log", rel_log, edge_index.size(1), self.group.dim,
                                      "; pass group.relative_log(g, edge_index, one_sided_cut=True)")

@@ -86,16 +86,22 @@ def edge_index(value: Any) -> None:
         raise ValueError(f"edge_index must hold integer node indices, got {value.dtype}; use edge_index.long()")
 
 
-def batch_vector(batch: Any, num_nodes: int, per: str = "node") -> None:
-    """``batch`` must hold one graph id ``>= 0`` per node, as integers: ``(num_nodes,)``. The
-    sign check reads the tensor (a device sync), so it is left out under ``torch.compile``."""
+def batch_vector(batch: Any, num_nodes: int, per: str = "node", num_graphs: Optional[int] = None) -> None:
+    """``batch`` must hold one graph id ``>= 0`` per node, as integers: ``(num_nodes,)``, and with
+    ``num_graphs`` ids below it. The value checks read the tensor (one device sync), so they
+    are left out under ``torch.compile``."""
     if not isinstance(batch, Tensor) or batch.dim() != 1 or batch.numel() != num_nodes:
         got = tuple(batch.shape) if isinstance(batch, Tensor) else type(batch).__name__
         raise ValueError(f"batch must be a 1-D tensor with one graph id per {per} ({num_nodes}), got {got}")
     if batch.is_floating_point() or batch.is_complex() or batch.dtype == torch.bool:
         raise ValueError(f"batch must hold integer graph ids, got {batch.dtype}; use batch.long()")
-    if num_nodes and not torch.compiler.is_compiling() and int(batch.min()) < 0:
-        raise ValueError(f"batch must hold graph ids >= 0, got {int(batch.min())}")
+    if num_nodes and not torch.compiler.is_compiling():
+        lo, hi = (int(v) for v in torch.aminmax(batch))
+        if lo < 0:
+            raise ValueError(f"batch must hold graph ids >= 0, got {lo}")
+        if num_graphs is not None and hi >= num_graphs:
+            raise ValueError(f"num_graphs={num_graphs} but batch holds graph id {hi}; pass num_graphs >= {hi + 1} "
+                             f"(or leave it out: batch.max() + 1)")
 
 
 def group_elements(group: Any, g: Any, num_nodes: int, members: bool = False) -> None:

@@ -34,3 +34,10 @@ def test_size_keeps_empty_trailing_graphs_and_bad_input():
     with pytest.raises(ValueError, match="reduce"):
         GroupPool("median")
     assert repr(GroupPool("max")) == "GroupPool(reduce='max')"
+
+
+def test_too_small_num_graphs_is_an_error():
+    from pyg_lie.nn import GroupPool
+    with pytest.raises(ValueError, match="num_graphs=2 but batch holds graph id 2"):
+        GroupPool()(torch.randn(5, 3), torch.tensor([0, 0, 1, 2, 2]), size=2)
+    assert GroupPool()(torch.randn(5, 3), torch.tensor([0, 0, 1, 2, 2]), size=4).shape == (4, 3)

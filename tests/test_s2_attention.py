@@ -492,3 +492,13 @@ def test_fused_operator_opcheck_and_once_differentiable():
     composite = S2NeighborhoodAttention(4, (6, 12), (6, 12), num_heads=2, optimized_kernel=False).double()
     (gx,) = torch.autograd.grad(composite(x).pow(2).sum(), x, create_graph=True)
     gx.sum().backward()  # the composite path has second derivatives
+
+
+def test_negative_or_nan_quadrature_weights_are_refused():
+    from pyg_lie.nn import S2AttentionConv
+    layer = S2AttentionConv(4, 4)
+    x, ei = torch.randn(5, 4), torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 0]])
+    layer(x, ei, quad_weights=torch.tensor([0.1, 0.0, 0.2, 0.3, 0.1]))  # zero weights are allowed
+    for w in (torch.tensor([0.1, -0.2, 0.2, 0.3, 0.1]), torch.tensor([0.1, float("nan"), 0.2, 0.3, 0.1])):
+        with pytest.raises(ValueError, match="quad_weights must be finite and >= 0"):
+            layer(x, ei, quad_weights=w)

@@ -35,7 +35,7 @@ class GroupPool(torch.nn.Module):
         if batch is None:
             return x.mean(0, keepdim=True) if self.reduce == "mean" else (
                 x.sum(0, keepdim=True) if self.reduce == "sum" else x.max(0, keepdim=True)[0])
-        checks.batch_vector(batch, x.size(0), "row of x")
+        checks.batch_vector(batch, x.size(0), "row of x", num_graphs=size)
         if size is None:
             size = num_graphs(batch)
         return scatter(x, batch, dim=0, dim_size=size, reduce=self.reduce)

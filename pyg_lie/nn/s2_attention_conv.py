@@ -273,6 +273,10 @@ class S2AttentionConv(MessagePassing):
         if quad_weights is not None and quad_weights.shape != (x_src.shape[0],):
             raise ValueError(f"quad_weights must have shape (N_src,) = ({x_src.shape[0]},), got "
                              f"{tuple(quad_weights.shape)}")
+        if quad_weights is not None and checks._reads_values(quad_weights) and quad_weights.numel() \
+                and not bool((quad_weights >= 0).all() & torch.isfinite(quad_weights).all()):
+            raise ValueError("quad_weights must be finite and >= 0 (quadrature weights of the source points), got "
+                             f"values down to {float(quad_weights.min())}")
         q, k, v = self.project_qkv(x_dst, x_src, x_val)
         log_w = self.log_quad_weights(quad_weights, q.dtype)
         need = bool(return_attention_weights)

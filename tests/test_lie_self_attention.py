@@ -540,3 +540,13 @@ def test_matrices_that_are_no_group_elements_are_refused():
         layer(x, ei, g)
         with pytest.raises(ValueError, match=r"g\[2\] .* is no SE2 element"):
             layer(x, ei, bad)
+
+
+def test_constant_and_mean_name_the_same_normalization():
+    from pyg_lie.vit import EquivariantSelfAttention, FieldType, get_group as finite_group
+    assert LieSelfAttention(8, 8, "SE2", heads=2, normalization="mean").normalization == "constant"
+    EquivariantSelfAttention(FieldType.regular(finite_group("C4"), 1), normalization="constant")
+    for make in (lambda: LieSelfAttention(8, 8, "SE2", normalization="sum"),
+                 lambda: EquivariantSelfAttention(FieldType.regular(finite_group("C4"), 1), normalization="sum")):
+        with pytest.raises(ValueError, match="normalization"):
+            make()

@@ -61,7 +61,7 @@ def masked_edge_attention(score: Tensor, index: Tensor, num_nodes: int, mask: Te
         total = scatter(m.expand_as(score), index, dim=0, dim_size=num_nodes, reduce="sum")
         return score * m / total.clamp_min(tiny)[index]
     if normalization != "softmax":
-        raise ValueError(f"normalization must be 'softmax' or 'constant', got {normalization!r}")
+        raise ValueError(f"normalization must be 'softmax' or 'constant' (alias 'mean'), got {normalization!r}")
     z = score + m.clamp_min(tiny).log()
     zmax = scatter(z.detach(), index, dim=0, dim_size=num_nodes, reduce="max")[index]
     e = (z - zmax).exp() * (m > 0).to(score.dtype)  # each term <= 1; masked-out terms exactly 0

@@ -85,7 +85,7 @@ def edge_attention(
         deg = scatter(ones, index, dim=0, dim_size=num_nodes, reduce="sum")
         inv = (1.0 / deg.clamp(min=1.0))[index]
         return score * inv.view(-1, *([1] * (score.dim() - 1)))
-    raise ValueError(f"normalization must be 'softmax' or 'mean', got {normalization!r}")
+    raise ValueError(f"normalization must be 'softmax' or 'constant' (alias 'mean'), got {normalization!r}")
 
 
 def dense_edge_attention(score: Tensor, dim: int = 1, normalization: str = "softmax") -> Tensor:
@@ -100,7 +100,7 @@ def dense_edge_attention(score: Tensor, dim: int = 1, normalization: str = "soft
         return _softmax_op(score, dim)
     if normalization in ("mean", "constant"):
         return score / max(score.shape[dim], 1)
-    raise ValueError(f"normalization must be 'softmax' or 'mean', got {normalization!r}")
+    raise ValueError(f"normalization must be 'softmax' or 'constant' (alias 'mean'), got {normalization!r}")
 
 
 class _SortedSoftmax(torch.autograd.Function):
@@ -182,7 +182,7 @@ def _sorted_edge_attention(score: Tensor, index: Tensor, ptr: Tensor, normalizat
         inv = 1.0 / (ptr[1:] - ptr[:-1]).clamp(min=1).to(s.dtype)
         w = s * inv.index_select(0, index).unsqueeze(0 if heads_first else 1)
     else:
-        raise ValueError(f"normalization must be 'softmax' or 'mean', got {normalization!r}")
+        raise ValueError(f"normalization must be 'softmax' or 'constant' (alias 'mean'), got {normalization!r}")
     return (w.t() if heads_first else w).reshape(shape)
 
 

@@ -23,8 +23,8 @@ Options (names of the paper's Appendix E):
 * combination ``F``: ``"additive"`` ``k_c + k_l``, ``"multiplicative"``
   ``k_c k_l``, ``"mlp"`` ``MLP([k_c ; k_l])`` (then ``k_c`` and ``k_l`` may be
   vectors).
-* normalisation: ``"softmax"`` over ``j in N(i)`` or ``"constant"``
-  ``alpha_ij / |N(i)|`` (the paper's choice for Hamiltonian dynamics).
+* normalisation: ``"softmax"`` over ``j in N(i)`` or ``"constant"`` (alias ``"mean"``, the name
+  other layers use) ``alpha_ij / |N(i)|`` (the paper's choice for Hamiltonian dynamics).
 
 Everything lives on edges: memory is ``O(E (heads + d))`` with ``E`` the number
 of edges, never ``O(N^2)``. ``g_i^{-1} g_j`` is invariant to ``g -> u g`` for
@@ -134,6 +134,7 @@ class LieSelfAttention(MessagePassing):
         self.content = _choice(content, CONTENT, "content")
         self.location = _choice(location, LOCATION, "location")
         self.combine = _choice(combine, COMBINE, "combine")
+        normalization = "constant" if normalization == "mean" else normalization  # the other layers' name
         self.normalization = _choice(normalization, NORMALIZATION, "normalization")
         if self.location == "identity" and self.combine != "mlp":
             raise ValueError("location='identity' gives a vector k_l, which needs combine='mlp'")

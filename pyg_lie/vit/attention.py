@@ -99,7 +99,7 @@ class EquivariantSelfAttention(MessagePassing):
             by :meth:`EquivariantViT.restrict`).
         dropout: dropout on attention weights (training only).
         bias: biases (trivial irrep only) in the q/k/v/o maps.
-        normalization: ``"softmax"`` or ``"mean"`` (see ``edge_attention``).
+        normalization: ``"softmax"`` or ``"constant"`` (alias ``"mean"``; see ``edge_attention``).
         fused: ``"auto"`` (default) and ``True`` use the CSR kernels when all heads have
             the same size (else the message-passing path); ``False`` always runs
             ``propagate``. Same results either way (tested).
@@ -115,6 +115,8 @@ class EquivariantSelfAttention(MessagePassing):
                  fused: Union[bool, str] = "auto"):
         super().__init__(aggr="sum", node_dim=0)
         V = field_type
+        if normalization not in ("softmax", "constant", "mean"):
+            raise ValueError(f"normalization must be 'softmax' or 'constant' (alias 'mean'), got {normalization!r}")
         self.field_type, self.attention, self.dropout, self.normalization = V, attention, dropout, normalization
         if head_ids is None:
             head_ids = head_assignment(V, heads, attention, irrep_heads)

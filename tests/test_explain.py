@@ -1,6 +1,8 @@
 """PyG's Explainer on models built from the attention layers: edge masks act before the
 normalisation, so a 0/1 mask equals removing the masked edges, and GNNExplainer's top edges
 matter more than random ones."""
+import contextlib
+
 import pytest
 import torch
 from torch_geometric import EdgeIndex
@@ -9,6 +11,16 @@ from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
 
 from pyg_lie.groups import SE2
 from pyg_lie.nn import LieAlgebraAttention, LieSelfAttention
+
+
+@contextlib.contextmanager
+def masked(module, mask, edge_index, apply_sigmoid=False):
+    """PyG's explainer masks set on ``module`` for the block, cleared after it."""
+    set_masks(module, mask, edge_index, apply_sigmoid=apply_sigmoid)
+    try:
+        yield
+    finally:
+        clear_masks(module)
 
 
 def _graph(N=24, E=96, seed=0):
@@ -36,20 +48,14 @@ def test_zero_one_mask_equals_removing_edges(name):
     keep = torch.rand(ei.shape[1]) > 0.4
     keep[ei[1] == 3] = False  # node 3 loses every edge: it must receive what a node without edges does
     expected = layer(x, ei[:, keep], g)
-    set_masks(layer, keep.double(), ei, apply_sigmoid=False)
-    try:
+    with masked(layer, keep.double(), ei):
         got = layer(x, ei, g)
-    finally:
-        clear_masks(layer)
     assert torch.isfinite(got).all()
     assert torch.allclose(got, expected, atol=1e-12), (got - expected).abs().max()
     # the mask is differentiable (GNNExplainer trains it)
     mask = torch.full((ei.shape[1],), 0.3, dtype=torch.float64, requires_grad=True)
-    set_masks(layer, mask, ei, apply_sigmoid=True)
-    try:
+    with masked(layer, mask, ei, apply_sigmoid=True):
         layer(x, ei, g).square().sum().backward()
-    finally:
-        clear_masks(layer)
     assert mask.grad is not None and mask.grad.abs().sum() > 0
 
 
@@ -70,12 +76,8 @@ def test_edge_index_subclass_and_alpha(name):
 def test_wrong_mask_size_is_an_error():
     ei, g = _graph()
     layer = LieSelfAttention(8, 16, "SE2", heads=2).double()
-    set_masks(layer, torch.ones(5, dtype=torch.float64), ei, apply_sigmoid=False)
-    try:
-        with pytest.raises(ValueError, match="edge mask"):
-            layer(torch.randn(g.shape[0], 8, dtype=torch.float64), ei, g)
-    finally:
-        clear_masks(layer)
+    with masked(layer, torch.ones(5, dtype=torch.float64), ei), pytest.raises(ValueError, match="edge mask"):
+        layer(torch.randn(g.shape[0], 8, dtype=torch.float64), ei, g)
 
 
 class _Model(torch.nn.Module):
@@ -140,13 +142,10 @@ def test_s2_attention_conv_mask_equals_removing_edges():
     keep = torch.rand(E) > 0.4
     expected = layer(x, ei[:, keep], quad_weights=w)
     plan = S2AttentionConv.build_plan(ei, N, N)
-    set_masks(layer, keep.double(), ei, apply_sigmoid=False)
-    try:
+    with masked(layer, keep.double(), ei):
         for p in (None, plan):  # the planned path gives way to the masked message-passing path
             got = layer(x, ei, quad_weights=w, plan=p)
             assert torch.allclose(got, expected, atol=1e-12)
-    finally:
-        clear_masks(layer)
     sub = EdgeIndex(ei, sparse_size=(N, N))
     assert torch.equal(layer(x, sub, quad_weights=w), layer(x, ei, quad_weights=w))
 
@@ -161,9 +160,6 @@ def test_equivariant_self_attention_mask_equals_removing_edges():
     x = torch.randn(N, V.dim, dtype=torch.float64)
     keep = torch.rand(E) > 0.4
     expected = layer(x, ei[:, keep])
-    set_masks(layer, keep.double(), ei, apply_sigmoid=False)
-    try:
+    with masked(layer, keep.double(), ei):
         got = layer(x, ei)
-    finally:
-        clear_masks(layer)
     assert torch.allclose(got, expected, atol=1e-12)

@@ -110,11 +110,7 @@ def _width_kwargs(cls, dim_out: int, heads: int) -> dict:
 
 
 def _kernel_kwargs(cls, width: int) -> dict:
-    params = inspect.signature(cls.__init__).parameters
-    for name in ("kernel_dim", "kernel_hidden"):
-        if name in params:
-            return {name: int(width)}
-    return {}
+    return {"kernel_dim": int(width)} if "kernel_dim" in inspect.signature(cls.__init__).parameters else {}
 
 
 def _batch_g(batch, name: str):

@@ -577,7 +577,7 @@ class LieAlgebraTransformer(_TokenTransformer):
         heads: attention heads per layer.
         score: ``"closed_form"`` (G) or ``"mlp"`` (C).
         in_channels: size of an optional invariant node feature ``x`` (0: none).
-        kernel_hidden: hidden width of the ``mlp`` score.
+        kernel_dim: hidden width of the ``mlp`` score.
         dropout: dropout in attention and residual branches.
         chart: ``"mask"`` or ``"error"`` for out-of-chart relative poses.
         k: ``None`` for the complete graph per sequence, or the number of nearest
@@ -599,7 +599,7 @@ class LieAlgebraTransformer(_TokenTransformer):
 
     def __init__(self, group: Union[str, LieGroup], hidden_channels: int = 32, num_layers: int = 3,
                  heads: int = 4, score: str = "closed_form", in_channels: int = 0,
-                 kernel_hidden: int = 32, dropout: float = 0.0, chart: str = "mask",
+                 kernel_dim: int = 32, dropout: float = 0.0, chart: str = "mask",
                  k: Optional[int] = None, head: str = "token", *, irreps_in=None) -> None:
         if irreps_in is not None:
             from ..interop.e3nn import as_irreps, check_rotation_group
@@ -616,7 +616,7 @@ class LieAlgebraTransformer(_TokenTransformer):
         self.score = score
         for _ in range(num_layers):
             self.attn.append(LieAlgebraAttention(hidden_channels, hidden_channels // heads, self.group,
-                                                 heads=heads, score=score, kernel_hidden=kernel_hidden,
+                                                 heads=heads, score=score, kernel_dim=kernel_dim,
                                                  dropout=dropout, chart=chart))
         self.reset_parameters()
 
@@ -721,7 +721,7 @@ class VectorTokenTransformer(_TokenTransformer):
 def build_model(group: Union[str, LieGroup], score: str, **kwargs) -> _TokenTransformer:
     """``score`` in ``{"closed_form", "mlp", "vector"}`` -> the paper's G, C or A."""
     if score == "vector":
-        kwargs.pop("kernel_hidden", None)
+        kwargs.pop("kernel_dim", None)
         return VectorTokenTransformer(group, **kwargs)
     if score in ("closed_form", "mlp"):
         return LieAlgebraTransformer(group, score=score, **kwargs)

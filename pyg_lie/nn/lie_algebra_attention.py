@@ -16,7 +16,7 @@ is invariant under the diagonal left action ``g_k -> a g_k``. The score is
   blocks ``b`` of ``group.blocks``, with ``lambda = softplus(raw)``,
   ``tau = softplus(raw)``, ``raw`` initialised at 0 (so ``lambda = tau = log 2``);
   ``heads * (len(blocks) + 1)`` parameters;
-* ``mlp`` (model *C*): ``s_ij^h = MLP_h(w_ij)``, one ``dim -> kernel_hidden -> 1``
+* ``mlp`` (model *C*): ``s_ij^h = MLP_h(w_ij)``, one ``dim -> kernel_dim -> 1``
   SiLU MLP per head (``heads * (dim * k + 2 k + 1)`` parameters).
 
 The attention ``alpha_ij^h`` is the softmax of ``s_ij^h`` over the incoming
@@ -135,7 +135,7 @@ class LieAlgebraAttention(MessagePassing):
         heads: number of heads ``H``.
         concat: concatenate heads (output ``H * out_channels``) or average them.
         score: ``"closed_form"`` (model G) or ``"mlp"`` (model C).
-        kernel_hidden: hidden width of the ``mlp`` score (paper: 32).
+        kernel_dim: hidden width of the ``mlp`` score (paper: 32).
         dropout: dropout on the attention weights.
         bias: bias of the value projection.
         chart: out-of-chart behaviour, ``"mask"`` or ``"error"`` (module docstring).
@@ -150,12 +150,12 @@ class LieAlgebraAttention(MessagePassing):
 
     def __init__(self, in_channels: int, out_channels: int, group: Union[str, LieGroup],
                  heads: int = 1, concat: bool = True, score: str = "closed_form",
-                 kernel_hidden: int = 32, dropout: float = 0.0, bias: bool = True,
+                 kernel_dim: int = 32, dropout: float = 0.0, bias: bool = True,
                  chart: str = "mask", **kwargs) -> None:
         kwargs.setdefault("aggr", "add")
         super().__init__(node_dim=0, **kwargs)
         for name, v in (("in_channels", in_channels), ("out_channels", out_channels),
-                        ("heads", heads), ("kernel_hidden", kernel_hidden)):
+                        ("heads", heads), ("kernel_dim", kernel_dim)):
             positive_int(name, v)
         if score not in SCORES:
             raise ValueError(f"score must be one of {SCORES}, got {score!r} "
@@ -166,7 +166,7 @@ class LieAlgebraAttention(MessagePassing):
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.group = get_group(group)
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
-        self.concat, self.score, self.kernel_hidden = concat, score, kernel_hidden
+        self.concat, self.score, self.kernel_dim = concat, score, kernel_dim
         self.dropout, self.chart = dropout, chart
         dim = self.group.dim
         blocks = list(self.group.blocks.values())
@@ -182,7 +182,7 @@ class LieAlgebraAttention(MessagePassing):
             self.lambda_raw = Parameter(torch.empty(heads, len(blocks)))
             self.tau_raw = Parameter(torch.empty(heads))
         else:
-            k = kernel_hidden
+            k = kernel_dim
             self.kernel_w1 = Parameter(torch.empty(heads, dim, k))
             self.kernel_b1 = Parameter(torch.empty(heads, k))
             self.kernel_w2 = Parameter(torch.empty(heads, k))
@@ -198,7 +198,7 @@ class LieAlgebraAttention(MessagePassing):
             torch.nn.init.zeros_(self.lambda_raw)  # softplus(0) = log 2 ~ 0.69
             torch.nn.init.zeros_(self.tau_raw)
         else:
-            d, k = self.group.dim, self.kernel_hidden
+            d, k = self.group.dim, self.kernel_dim
             for p, fan_in in ((self.kernel_w1, d), (self.kernel_b1, d),
                               (self.kernel_w2, k), (self.kernel_b2, k)):
                 bound = 1.0 / math.sqrt(fan_in)

@@ -109,10 +109,6 @@ def _width_kwargs(cls, dim_out: int, heads: int) -> dict:
     return {"out_channels": dim_out}
 
 
-def _kernel_kwargs(cls, width: int) -> dict:
-    return {"kernel_dim": int(width)} if "kernel_dim" in inspect.signature(cls.__init__).parameters else {}
-
-
 def _batch_g(batch, name: str):
     g = getattr(batch, "g", None)
     if g is None:
@@ -132,7 +128,7 @@ class GraphGymLieSelfAttention(torch.nn.Module):
         self.model = LieSelfAttention(layer_config.dim_in, group=opts.group, heads=heads,
                                       normalization=opts.normalization, bias=layer_config.has_bias,
                                       **_width_kwargs(LieSelfAttention, layer_config.dim_out, heads),
-                                      **_kernel_kwargs(LieSelfAttention, opts.kernel_dim))
+                                      kernel_dim=int(opts.kernel_dim))
 
     def forward(self, batch):
         batch.x = self.model(batch.x, batch.edge_index, _batch_g(batch, "lie_self_attention"))
@@ -144,7 +140,6 @@ class GraphGymLieTransformerBlock(torch.nn.Module):
 
     def __init__(self, layer_config, **kwargs):
         super().__init__()
-        from .nn.lie_self_attention import LieSelfAttention
         from .nn.lie_transformer_block import LieTransformerBlock
         if layer_config.dim_in != layer_config.dim_out:
             raise ValueError(f"lie_transformer_block needs dim_in == dim_out, got {layer_config.dim_in} "
@@ -154,7 +149,7 @@ class GraphGymLieTransformerBlock(torch.nn.Module):
         heads = _heads(opts, layer_config.dim_in, "lie_transformer_block")
         self.model = LieTransformerBlock(layer_config.dim_in, opts.group, heads=heads, dropout=layer_config.dropout,
                                          normalization=opts.normalization,
-                                         **_kernel_kwargs(LieSelfAttention, opts.kernel_dim))
+                                         kernel_dim=int(opts.kernel_dim))
 
     def forward(self, batch):
         batch.x = self.model(batch.x, batch.edge_index, _batch_g(batch, "lie_transformer_block"))
@@ -172,7 +167,7 @@ class GraphGymLieAlgebraAttention(torch.nn.Module):
         self.model = LieAlgebraAttention(layer_config.dim_in, group=opts.group, heads=heads, score=opts.score,
                                          chart=opts.chart, bias=layer_config.has_bias,
                                          **_width_kwargs(LieAlgebraAttention, layer_config.dim_out, heads),
-                                         **_kernel_kwargs(LieAlgebraAttention, opts.kernel_dim))
+                                         kernel_dim=int(opts.kernel_dim))
 
     def forward(self, batch):
         batch.x = self.model(batch.x, batch.edge_index, _batch_g(batch, "lie_algebra_attention"))

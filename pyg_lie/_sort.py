@@ -20,7 +20,6 @@ import torch
 from torch import Tensor
 
 from . import _checks
-from .groups.base import _is_compiling
 
 __all__ = ["sort_keys", "argsort_keys", "NUMPY_ARGSORT_MAX"]
 
@@ -29,7 +28,7 @@ NUMPY_ARGSORT_MAX = 1 << 16
 
 
 def _numpy_ok(key: Tensor) -> bool:
-    return key.device.type == "cpu" and key.numel() > 1 and not (_is_compiling() or _checks.tracing())
+    return key.device.type == "cpu" and key.numel() > 1 and not _checks.tracing()
 
 
 def _radix(key: Tensor, perm: bool) -> Optional[Tuple[Tensor, Optional[Tensor]]]:

@@ -13,6 +13,8 @@ from typing import NamedTuple, Optional, Sequence
 import torch
 from torch import Tensor
 
+from .._checks import tracing
+
 
 # distance to the log's cut within which `one_sided_cut` picks a side, per dtype
 CUT_TOL = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-4, torch.float64: 1e-9}
@@ -347,16 +349,9 @@ class LieGroup(ABC):
         return hash(repr(self))
 
 
-def _is_compiling() -> bool:
-    """True under ``torch.compile`` / ``torch.export`` and while a ``FakeTensorMode`` is active:
-    tensor values cannot be read, so checks that read them are left out and data-dependent
-    steps take their traceable forms."""
-    try:
-        if torch.compiler.is_compiling():
-            return True
-        return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
-    except AttributeError:  # pragma: no cover
-        return False
+#: True under ``torch.compile`` / ``torch.export`` and while a ``FakeTensorMode`` is active
+#: (the one test, :func:`pyg_lie._checks.tracing`, under the name the layers import)
+_is_compiling = tracing
 
 
 def skew2(theta: Tensor) -> Tensor:

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from ..cli.types import nonnegative_float, nonnegative_int, positive_float, positive_int
+from ._planar import augment as _augment
 
 __all__ = ["add_arguments", "main", "run_demo", "evaluate_accuracy", "invariance_error"]
 
@@ -221,18 +222,6 @@ def lr_factor(epoch: int, args) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * t))
 
 
-def _augment(pos: Tensor, batch: Tensor, num_graphs: int, group: str, gen: Optional[torch.Generator] = None,
-             translation_scale: float = 10.0) -> Tensor:
-    """One random T2 / SE2 element per graph applied to ``pos``."""
-    t = translation_scale * torch.randn(num_graphs, 2, generator=gen, dtype=torch.float64)
-    th = (2 * math.pi * torch.rand(num_graphs, generator=gen, dtype=torch.float64)) if group == "SE2" \
-        else torch.zeros(num_graphs, dtype=torch.float64)
-    c, s = torch.cos(th), torch.sin(th)
-    R = torch.stack([torch.stack([c, -s], -1), torch.stack([s, c], -1)], -2)
-    p = (R[batch] @ pos.double().unsqueeze(-1)).squeeze(-1) + t[batch]
-    return p.to(pos.dtype)
-
-
 def _loss(model, data) -> Tensor:
     logits = model(data.x, data.pos, data.batch, num_graphs=data.num_graphs).view(-1, 4, 3)
     return torch.nn.functional.cross_entropy(logits.reshape(-1, 3), data.y.view(-1), reduction="mean") * 4
@@ -284,7 +273,7 @@ def invariance_curve(model, dataset, lifts: List[int], num_clouds: int, device="
     accuracy on the same clouds (``haar_acc``, ``finite_acc``) shows whether the model
     still works at each K (trained with K = 1, it does not at K >= 2: see the docs).
     """
-    from .lift_invariance import swapped_lift
+    from ._planar import swapped_lift
     net = getattr(model, "net", model)  # the LieTransformer inside a DistanceFeatureModel
     sub = dataset[: min(num_clouds, len(dataset))]
     out = {"lifts": list(lifts), "haar": [], "finite": [], "haar_acc": [], "finite_acc": []}
@@ -301,7 +290,7 @@ def plot_invariance(curve: Dict[str, list], path: str, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .lift_invariance import save_lift_plot
+    from ._planar import save_lift_plot
     fig, ax = plt.subplots(figsize=(5.6, 3.6))
     acc_ax = ax.twinx()
     for c, (mode, label) in enumerate((("haar", "Haar lift samples"), ("finite", "finite C_K lift"))):

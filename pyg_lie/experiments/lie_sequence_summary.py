@@ -23,16 +23,7 @@ from types import SimpleNamespace
 
 from ..cli.types import device_name, nonnegative_float, nonnegative_int, positive_int
 from . import lie_sequence
-from .lie_sequence import GROUP_CHOICES, MODEL_LETTER, SCORE_CHOICES, aggregate
-
-# Musialski 2026, tables 2-4: (pose error, equivariance error, score params); strings where
-# the summary gives only an order of magnitude, None where it reports nothing.
-PAPER = {
-    "SE2": {"G": (0.003, 4.0e-10, 36), "C": (0.005, "~float eps", 1932), "A": (0.069, 1.3e-1, None)},
-    "SO3": {"G": ("~1e-4", "~1e-14", 24), "C": ("~1e-4", "~1e-14", 1932), "A": (0.067, 7.4e-2, None)},
-    "Aff2": {"G": (0.007, "tiny", 60), "C": (0.007, "tiny", 3084), "A": (0.79, 1.29, None)},
-}
-
+from .lie_sequence import GROUP_CHOICES, MODEL_LETTER, PAPER, SCORE_CHOICES, aggregate
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--groups", nargs="+", default=list(GROUP_CHOICES), choices=GROUP_CHOICES)

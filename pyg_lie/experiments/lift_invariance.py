@@ -26,16 +26,16 @@ Writes ``results.json``, ``results.md`` and ``invariance_vs_lifts.png`` to ``--o
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import time
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 from torch import Tensor
 
 from ..cli.types import nonnegative_int, positive_int
+from ._planar import augment as _augment, save_lift_plot, swapped_lift
 
 __all__ = ["add_arguments", "main", "run_demo", "lift_invariance_curve", "swapped_lift"]
 
@@ -68,22 +68,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_result_arguments(p, "init-dDV-lLAYERS-NORMALIZATION, e.g. init-d8-l1-constant")
 
 
-@contextlib.contextmanager
-def swapped_lift(net: torch.nn.Module, num_samples: int, mode: str = "haar") -> Iterator[torch.nn.Module]:
-    """Temporarily give a LieTransformer ``net`` a lift with ``num_samples`` samples (same seed)."""
-    from ..nn.lift import Lift
-    old = net.lift
-    net.lift = Lift(net.group, num_samples, mode=mode, seed=old.seed).to(next(net.parameters()).device)
-    try:
-        yield net
-    finally:
-        net.lift = old
-
-
 def _errors(net, pos: Tensor, x: Tensor, K: int, elements: int, max_edges: int,
             element_gen: torch.Generator, lift_gen: torch.Generator) -> List[List[float]]:
     """``[[l_inf, relative], ...]`` for ``elements`` random SE(2) elements applied to one cloud."""
-    from .constellation import _augment
     n = pos.size(0)
     per_pass = max(1, max_edges // (n * K) ** 2)
     out = []
@@ -149,21 +136,6 @@ def is_monotone(curve: Dict[str, list], key: str = "linf") -> bool:
     """Whether the median error strictly falls from each ``K`` to the next."""
     med = [q[1] for q in curve[key]]
     return all(b < a for a, b in zip(med, med[1:]))
-
-
-def save_lift_plot(fig, ax, path: str, ylabel: str, title: str) -> None:
-    """Shared styling of the error-vs-K plots (log-log, base-2 K axis), saved to ``path``."""
-    import matplotlib.pyplot as plt
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("number of lift samples K")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def plot(curve: Dict[str, list], path: str, title: str) -> None:

@@ -382,3 +382,63 @@ def test_backend_resolution(monkeypatch):
     assert resolve_backend("auto", "cpu") == "cdist"
     pos = torch.rand(50, 3)
     check(radius_graph(pos, 0.5), ref_pairs(pos, pos, 0.25, same=True, loop=False))
+
+
+# --------------------------------------------------------------- complete graphs
+def _complete_ref(batch, self_loops):
+    """Every (j, i) with batch[j] == batch[i], in (i, j) order, by a double loop."""
+    b = batch.tolist()
+    pairs = [(j, i) for i in range(len(b)) for j in range(len(b)) if b[i] == b[j] and (self_loops or i != j)]
+    return torch.tensor(pairs, dtype=torch.long).t().reshape(2, -1)
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("self_loops", [True, False])
+def test_complete_graph_matches_double_loop(monkeypatch, native, self_loops):
+    if not native:
+        monkeypatch.setattr(nb, "_native_complete_graph", lambda ptr: None)
+    for batch in ([0, 0, 0, 1, 1, 3, 3, 3, 3, 7], [0], [2, 2], [0, 1, 2, 3]):
+        batch = torch.tensor(batch)
+        ei = nb.complete_graph(batch, self_loops=self_loops)
+        assert ei.dtype == torch.long
+        assert torch.equal(ei, _complete_ref(batch, self_loops))
+    assert nb.complete_graph(torch.zeros(0, dtype=torch.long)).shape == (2, 0)
+
+
+def test_complete_graph_one_graph_and_the_other_builders():
+    from pyg_lie.nn.lifted_edges import full_graph
+    from pyg_lie.vit.attention import complete_graph as vit_complete
+
+    assert torch.equal(nb.complete_graph(num_nodes=4), _complete_ref(torch.zeros(4, dtype=torch.long), True))
+    assert nb.complete_graph(num_nodes=0).shape == (2, 0)
+    batch = torch.tensor([0, 0, 0, 1, 1, 1])
+    # the same edges in the same order as the builders it replaces
+    assert torch.equal(nb.complete_graph(batch), full_graph(batch))
+    assert torch.equal(nb.complete_graph(batch, self_loops=False), full_graph(batch, loop=False))
+    assert torch.equal(nb.complete_graph(batch), vit_complete(2, 3))
+    ei = nb.complete_graph(batch.int())  # narrower integer ids are widened
+    assert ei.dtype == torch.long and torch.equal(ei, full_graph(batch))
+
+
+def test_complete_graph_errors():
+    with pytest.raises(ValueError, match="sorted"):
+        nb.complete_graph(torch.tensor([0, 1, 0]))
+    with pytest.raises(ValueError, match=">= 0"):
+        nb.complete_graph(torch.tensor([-1, 0, 0]))
+    with pytest.raises(ValueError, match="integer"):
+        nb.complete_graph(torch.tensor([0.0, 0.0, 1.0]))
+    with pytest.raises(ValueError, match="num_nodes"):
+        nb.complete_graph()
+    with pytest.raises(ValueError, match="num_nodes"):
+        nb.complete_graph(num_nodes=-1)
+    with pytest.raises(ValueError, match="num_nodes"):
+        nb.complete_graph(torch.zeros(3, dtype=torch.long), num_nodes=4)
+    with pytest.raises(ValueError, match="self_loops"):
+        nb.complete_graph(torch.zeros(3, dtype=torch.long), self_loops="no")
+
+
+def test_complete_graph_takes_an_edge_index_style_subclass():
+    from torch_geometric import Index
+
+    batch = torch.tensor([0, 0, 1, 1, 1])
+    assert torch.equal(nb.complete_graph(Index(batch)), nb.complete_graph(batch))

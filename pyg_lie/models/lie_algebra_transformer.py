@@ -49,27 +49,33 @@ satisfy the cocycle condition by construction.
 
 Relative logs ``w_ij`` are computed once per forward
 (:func:`pyg_lie.nn.lie_algebra_attention.relative_log`) and shared by all layers.
+
+Where the parts live: the graphs (:func:`~pyg_lie.neighbors.complete_graph`,
+:func:`~pyg_lie.neighbors.log_knn_graph`, :func:`~pyg_lie.neighbors.log_radius_graph`) in
+:mod:`pyg_lie.neighbors`, the layers in :mod:`pyg_lie.nn`
+(:class:`~pyg_lie.nn.LieAlgebraAttention`, :class:`~pyg_lie.nn.VectorTokenAttention`), the
+losses and metrics in :mod:`pyg_lie.models.lie_algebra_losses`; all of them stay importable
+from this module.
 """
 from __future__ import annotations
 
-import math
 from typing import NamedTuple, Optional, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.utils import scatter, softmax
 
 from .._batch import num_graphs as count_graphs
 from .._checks import positive_int
 from ..groups import LieGroup, get_group
 from ..groups.base import _is_compiling
-from ..nn.attention_core import edge_attention
 from ..neighbors import (AUTO_EMBEDDING_MIN, AUTO_EMBEDDING_MIN_OTHER, GRAPH_METHODS, complete_graph,  # noqa: F401
                          log_knn_graph, log_radius_graph)
 from ..neighbors import _sorted_batch
 from ..nn.lie_algebra_attention import LieAlgebraAttention, chart_safe_log, relative_log
+from ..nn.vector_token_attention import VectorTokenAttention
+from .lie_algebra_losses import completion_loss, equivariance_error, pose_error  # noqa: F401
 
 __all__ = ["LieAlgebraTransformer", "VectorTokenTransformer", "VectorTokenAttention",
            "LieAlgebraOutput", "complete_graph", "log_knn_graph", "log_radius_graph", "GRAPH_METHODS",
@@ -375,47 +381,6 @@ class LieAlgebraTransformer(_TokenTransformer):
                 f"layers={self.num_layers}, heads={self.heads}, score={self.score})")
 
 
-class VectorTokenAttention(MessagePassing):
-    r"""Scaled dot-product attention on vector tokens (the paper's baseline A).
-
-    ``alpha_ij^h = softmax_j (q_i^h . k_j^h / sqrt(C))``, ``out_i^h = sum_j alpha_ij^h v_j^h``
-    with ``q, k, v`` linear in ``h``. Shapes: ``h (N, in)`` -> ``(N, heads * out_channels)``.
-    """
-
-    def __init__(self, in_channels: int, out_channels: int, heads: int = 1, dropout: float = 0.0) -> None:
-        super().__init__(node_dim=0, aggr="add")
-        self.in_channels, self.out_channels, self.heads, self.dropout = in_channels, out_channels, heads, dropout
-        self.lin_q = nn.Linear(in_channels, heads * out_channels)
-        self.lin_k = nn.Linear(in_channels, heads * out_channels)
-        self.lin_v = nn.Linear(in_channels, heads * out_channels)
-
-    def reset_parameters(self) -> None:
-        super().reset_parameters()
-        for lin in (self.lin_q, self.lin_k, self.lin_v):
-            lin.reset_parameters()
-
-    def forward(self, h: Tensor, edge_index: Tensor, return_attention_weights: Optional[bool] = None):
-        H, C = self.heads, self.out_channels
-        q = self.lin_q(h).view(-1, H, C)
-        k = self.lin_k(h).view(-1, H, C)
-        v = self.lin_v(h).view(-1, H, C)
-        src, dst = edge_index[0], edge_index[1]
-        s = (q[dst] * k[src]).sum(-1) / math.sqrt(C)
-        alpha = edge_attention(s, dst, num_nodes=h.shape[0])
-        out = self.propagate(edge_index, v=v, alpha=F.dropout(alpha, self.dropout, self.training))
-        out = out.reshape(-1, H * C)
-        return (out, (edge_index, alpha)) if return_attention_weights else out
-
-    def message(self, v_j: Tensor, alpha: Tensor) -> Tensor:
-        return v_j * alpha.unsqueeze(-1)
-
-    def num_score_parameters(self) -> int:
-        return sum(p.numel() for p in (*self.lin_q.parameters(), *self.lin_k.parameters()))
-
-    def __repr__(self) -> str:
-        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"
-
-
 class VectorTokenTransformer(_TokenTransformer):
     r"""Baseline A: tokens are the flattened matrices ``vec(g_i)`` embedded linearly.
 
@@ -461,81 +426,3 @@ def build_model(group: Union[str, LieGroup], score: str, **kwargs) -> _TokenTran
     if score in ("closed_form", "mlp"):
         return LieAlgebraTransformer(group, score=score, **kwargs)
     raise ValueError(f"score must be 'closed_form', 'mlp' or 'vector', got {score!r}")
-
-
-# ----------------------------------------------------------------- metrics
-def pose_error(group: Union[str, LieGroup], pred: Tensor, target: Tensor) -> Tensor:
-    r"""Log-norm distance ``||vee(log(target^{-1} pred))||``, ``(B,)``.
-
-    Outside the chart (affine groups only) the log does not exist; there the
-    Frobenius distance ``||target^{-1} pred - I||_F`` is returned instead (it
-    agrees with the log-norm to first order) -- never NaN.
-    """
-    group = get_group(group)
-    rel = group.between(target, pred.to(target.dtype))
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        w, valid = chart_safe_log(group, rel, "mask", what="prediction")
-    d = w.norm(dim=-1)
-    if valid is not None:
-        eye = torch.eye(group.matrix_size, dtype=rel.dtype, device=rel.device)
-        d = torch.where(valid, d, (rel - eye).flatten(1).norm(dim=-1))
-    return d
-
-
-def completion_loss(group: Union[str, LieGroup], out: LieAlgebraOutput, g: Tensor, target: Tensor,
-                    batch: Tensor, aux_weight: float = 1.0) -> Tensor:
-    r"""Invariant training loss for sequence completion.
-
-    ``mean_b ||target_b^{-1} pred_b - I||_F^2`` (defined everywhere, locally the
-    squared log-norm) plus ``aux_weight * mean_i ||delta_i - log(g_i^{-1} target)||^2``:
-    every token is taught to locate the missing element relative to itself (the
-    per-token targets are in the chart by construction of the data). With the pair
-    head, also ``aux_weight * mean_b sum_e beta_e ||target^{-1} p_e - I||_F^2`` over
-    the pair proposals ``p_e`` and their selection weights ``beta_e``.
-    """
-    group = get_group(group)
-    dtype = out.prediction.dtype
-    target = target.to(dtype)
-    eye = torch.eye(group.matrix_size, dtype=dtype, device=target.device)
-    pooled = (group.between(target, out.prediction) - eye).flatten(1).pow(2).sum(-1).mean()
-    if aux_weight == 0:
-        return pooled
-    with torch.no_grad():
-        wt, valid = chart_safe_log(group, group.between(g.to(dtype), target[batch]), "mask",
-                                   what="token-to-target pose")
-    err = (out.delta - wt).pow(2).sum(-1)
-    if valid is not None:
-        err = err * valid.to(dtype)
-    loss = pooled + aux_weight * err.mean()
-    if out.pair_weight is not None:
-        # expected pair-proposal error under the selection weights (mixture of experts):
-        # sharpens the selection towards pairs whose proposal is right
-        pb = batch[out.pair_index[1]]
-        perr = (group.between(target[pb], out.pair_g) - eye).flatten(1).pow(2).sum(-1)
-        loss = loss + aux_weight * scatter(out.pair_weight * perr, pb, dim=0,
-                                           dim_size=target.shape[0], reduce="sum").mean()
-    return loss
-
-
-@torch.no_grad()
-def equivariance_error(model: _TokenTransformer, g: Tensor, batch: Optional[Tensor] = None,
-                       a: Optional[Tensor] = None, generator: Optional[torch.Generator] = None) -> Tensor:
-    r"""``||log((a pred(g))^{-1} pred(a g))||`` per sequence, ``(B,)``, one random ``a`` per sequence.
-
-    Evaluated in the dtype of ``model`` (use ``model.double()`` for float64).
-    """
-    group = model.group
-    dtype = model.token.dtype
-    g = g.to(dtype)
-    N = g.shape[0]
-    if batch is None:
-        batch = torch.zeros(N, dtype=torch.long, device=g.device)
-    B = int(batch.max()) + 1
-    if a is None:
-        a = group.random(B, generator=generator, dtype=dtype, device=g.device)
-    a = a.to(dtype)
-    p1 = model(g, batch=batch).prediction
-    p2 = model(group.compose(a[batch], g), batch=batch).prediction
-    return pose_error(group, p2, group.compose(a, p1))

@@ -8,6 +8,7 @@ _LAZY = {
     "LieTransformerBlock": "pyg_lie.nn.lie_transformer_block",
     "GroupPool": "pyg_lie.nn.group_pool",
     "LieAlgebraAttention": "pyg_lie.nn.lie_algebra_attention",
+    "VectorTokenAttention": "pyg_lie.nn.vector_token_attention",
     "S2AttentionConv": "pyg_lie.nn.s2_attention_conv",
     "S2NeighborhoodAttention": "pyg_lie.nn.s2_neighborhood_attention",
 }

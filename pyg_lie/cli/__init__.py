@@ -18,6 +18,8 @@ from typing import Optional, Sequence
 TRAIN = {
     "constellation": ("pyg_lie.experiments.constellation", "LieTransformer on constellation counting"),
     "lie-sequence": ("pyg_lie.experiments.lie_sequence", "Lie-algebra attention on sequence completion"),
+    "lie-sequence-ablation": ("pyg_lie.experiments.lie_sequence_ablation",
+                              "Lie-sequence G vs C, one factor at a time (coordinates, init, data, budget)"),
     "swe": ("pyg_lie.experiments.swe", "S^2 attention on shallow-water one-step prediction"),
     "vit": ("pyg_lie.experiments.vit", "O(2)-subgroup equivariant ViT on image classification"),
     "springs": ("pyg_lie.experiments.springs", "Hamiltonian LieTransformer on spring dynamics"),

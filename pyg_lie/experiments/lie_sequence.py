@@ -26,9 +26,11 @@ from typing import Tuple
 
 import torch
 
-from ..cli.types import device_name, nonnegative_float, nonnegative_int, positive_int
+from ..cli.types import device_name, nonnegative_float, nonnegative_int, positive_float, positive_int
 
 GROUP_CHOICES = ("SO2", "SE2", "SO3", "SE3", "Aff2", "Aff3")
+#: coordinates of the relative logs inside the attention layers (``--score-coords``)
+SCORE_COORDS = ("algebra", "paper")
 SCORE_CHOICES = ("closed_form", "mlp", "vector")
 MODEL_LETTER = {"closed_form": "G", "mlp": "C", "vector": "A"}
 
@@ -72,10 +74,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hidden", type=positive_int, default=32)
     parser.add_argument("--layers", type=nonnegative_int, default=3)
     parser.add_argument("--heads", type=positive_int, default=4)
-    parser.add_argument("--head", default="midpoint", choices=["midpoint", "pair", "token"],
-                        help="completion head: midpoint = learned choice of a pair, prediction on the "
-                             "geodesic midpoint; pair = the same with a learned point c = 1/2 + MLP; "
-                             "token = every token proposes g_i exp(delta_i)")
+    parser.add_argument("--head", default="token", choices=["token", "midpoint", "pair"],
+                        help="completion head: token = every token proposes g_i exp(delta_i) (the paper's); "
+                             "extensions: midpoint = learned choice of a pair, prediction on the geodesic "
+                             "midpoint; pair = the same with a learned point c = 1/2 + MLP")
+    parser.add_argument("--score-coords", default="algebra", choices=list(SCORE_COORDS),
+                        help="coordinates of w_ij that the attention layers (score and value pathway) see: "
+                             "algebra = pyg_lie's Frobenius-orthonormal ones (rotation, scale and shear "
+                             "coordinates sqrt(2) x the usual ones); paper = rotation angle / rotation vector, "
+                             "log-scale and shear as in the paper (those blocks divided by sqrt(2)); the head, "
+                             "loss and pose error keep the algebra coordinates")
+    parser.add_argument("--score-init", type=positive_float, default=1.0,
+                        help="model G: initial ratio lambda / tau of every block weight to its head's "
+                             "temperature (1: the paper's softplus(0) for both)")
     parser.add_argument("--pair-logit-bound", type=float, nargs=2, default=[2.0, 8.0], metavar=("START", "END"),
                         help="pair heads: bound b of the selection logits b tanh(s / b), raised linearly from "
                              "START to END over the first half of training (soft selection first, so that "
@@ -133,6 +144,10 @@ def setting_for(args, extra=()) -> str:
     notes = list(extra)
     if getattr(args, "head", "token") != "token":
         notes.append(f"extension: {args.head} completion head (the paper's is per token)")
+    if getattr(args, "score_coords", "algebra") != "algebra":
+        notes.append("attention in the paper's coordinates (rotation, scale, shear / sqrt(2))")
+    if getattr(args, "score_init", 1.0) != 1.0:
+        notes.append(f"G's block weights start at {args.score_init:g} x the temperature (paper: 1)")
     notes.append(f"budget (not stated in the paper): {args.steps} steps of {args.batch_size}, "
                  f"{args.train_size} training sequences, {len(args.seeds)} seed(s)")
     return setting_text({"length": 8, **vars(args)}, {k: v for k, v in PAPER_SETTING.items() if k != "head"},
@@ -153,7 +168,7 @@ def _subset(data, idx: torch.Tensor):
 @torch.no_grad()
 def evaluate(model, data, batch_size: int = 256) -> torch.Tensor:
     """Pose errors ``(S,)`` of a model on a Batch of sequences."""
-    from ..models.lie_algebra_transformer import pose_error
+    from ..models import pose_error
     model.eval()
     dev = model.token.device
     errs = []
@@ -176,7 +191,8 @@ def run_one(group: str, score: str, seed: int, args, progress: bool = True) -> d
     from tqdm import tqdm
 
     from ..datasets.lie_sequence import LieSequenceCompletion
-    from ..models.lie_algebra_transformer import build_model, completion_loss, equivariance_error
+    from ..models import completion_loss, equivariance_error
+    from ._lie_sequence_models import make_model
 
     dtype = getattr(torch, args.dtype)
     dev = torch.device(args.device)
@@ -186,8 +202,9 @@ def run_one(group: str, score: str, seed: int, args, progress: bool = True) -> d
     test = LieSequenceCompletion(group, args.test_size, length=args.length, seed=20_000 + seed,
                                  step_std=step_std).batch_all()
     torch.manual_seed(seed)
-    model = build_model(group, score, hidden_channels=args.hidden, num_layers=args.layers,
-                        heads=args.heads, head=getattr(args, "head", "midpoint")).to(device=dev, dtype=dtype)
+    model = make_model(group, score, args.hidden, args.layers, args.heads, getattr(args, "head", "token"),
+                       getattr(args, "score_coords", "algebra"),
+                       getattr(args, "score_init", 1.0)).to(device=dev, dtype=dtype)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=args.steps, pct_start=0.05)
     gen = torch.Generator().manual_seed(seed)

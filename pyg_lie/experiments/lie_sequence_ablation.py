@@ -1,0 +1,212 @@
+r"""``pyg-lie train lie-sequence-ablation``: why does model C (MLP score) match or beat G?
+
+The paper (Musialski, arXiv 2606.20547, tables 2-4) reports the closed-form score G at
+or below the MLP score C. This command varies one factor at a time from a base run of
+``pyg-lie train lie-sequence`` (per-token head) and trains G and C under each, with the
+same seeds, so that the factor that moves G against C can be read off:
+
+* ``base``: the defaults (pyg_lie's algebra coordinates, block weights started at the
+  temperature, the data set's default steps, ``--steps`` optimiser steps);
+* ``paper-coords``: the attention layers see the paper's coordinates (rotation angle /
+  rotation vector, log-scale and shear), i.e. those blocks of ``w_ij`` divided by
+  ``sqrt(2)``: pyg_lie's Frobenius-orthonormal basis makes them ``sqrt(2)`` x larger;
+* ``init-low`` / ``init-high``: G's block weights start at ``--init-scales`` x the
+  temperature instead of 1 (C has no block weights; not run);
+* ``small-steps``: the data's step ``xi`` drawn at ``--data-scale`` x the default size;
+* ``long``: ``--long-factor`` x the optimiser steps.
+
+Every finished run is cached as ``--out/<group>/<factor>_<model>_<seed>.json`` (a
+rerun resumes). The result file ``results/lie-sequence-ablation/<group>.json`` has,
+per factor and model, the mean and std of the pose error over seeds, the largest
+seed's error, the number of seeds whose error stayed above 0.1 (a run that never left
+the initial plateau) and the ratio G / C of the mean pose errors. Example::
+
+    pyg-lie train lie-sequence-ablation --group SO3 --seeds 0 1 --steps 1000
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Dict, List
+
+import torch
+
+from ..cli.types import nonnegative_int, positive_float, positive_int
+from .lie_sequence import GROUP_CHOICES, MODEL_LETTER, PAPER
+
+FACTORS = ("base", "paper-coords", "init-low", "init-high", "small-steps", "long")
+#: a pose error above this means the run never left the initial plateau (the data's steps are 0.2 .. 0.7)
+FAILED = 0.1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--group", default="SO3", choices=GROUP_CHOICES)
+    parser.add_argument("--factors", nargs="+", default=list(FACTORS), choices=FACTORS)
+    parser.add_argument("--scores", nargs="+", default=["closed_form", "mlp"], choices=["closed_form", "mlp"],
+                        help="models: closed_form = G, mlp = C")
+    parser.add_argument("--seeds", type=nonnegative_int, nargs="+", default=[0, 1])
+    parser.add_argument("--steps", type=positive_int, default=1000, help="optimiser steps of the base run")
+    parser.add_argument("--long-factor", type=positive_int, default=3, help="factor 'long': steps x this")
+    parser.add_argument("--init-scales", type=positive_float, nargs=2, default=[0.25, 4.0], metavar=("LOW", "HIGH"),
+                        help="factors 'init-low' / 'init-high': G's initial lambda / tau")
+    parser.add_argument("--data-scale", type=positive_float, default=0.5,
+                        help="factor 'small-steps': the data's step size x this")
+    parser.add_argument("--train-size", type=positive_int, default=4000)
+    parser.add_argument("--test-size", type=positive_int, default=500)
+    parser.add_argument("--batch-size", type=positive_int, default=256)
+    parser.add_argument("--threads", type=nonnegative_int, default=1)
+    parser.add_argument("--out", default=os.path.join("runs", "lie_sequence_ablation"))
+    parser.add_argument("--no-progress", action="store_true")
+    from .results import add_result_arguments
+    add_result_arguments(parser, "GROUP, e.g. SO3")
+
+
+def _base_args(args) -> argparse.Namespace:
+    from . import lie_sequence
+    p = argparse.ArgumentParser(add_help=False)
+    lie_sequence.add_arguments(p)
+    base = p.parse_args(["--group", args.group, "--head", "token"])
+    base.steps, base.train_size, base.test_size, base.batch_size = (args.steps, args.train_size, args.test_size,
+                                                                    args.batch_size)
+    return base
+
+
+def factor_args(args, factor: str) -> argparse.Namespace:
+    """The ``pyg-lie train lie-sequence`` options of one factor."""
+    from ..datasets.lie_sequence import DEFAULT_STEP_STD
+    from ..groups import get_group
+    a = _base_args(args)
+    if factor == "paper-coords":
+        a.score_coords = "paper"
+    elif factor in ("init-low", "init-high"):
+        a.score_init = args.init_scales[0 if factor == "init-low" else 1]
+    elif factor == "small-steps":
+        blocks = get_group(args.group).blocks
+        a.step_std = [(b, args.data_scale * DEFAULT_STEP_STD.get(b, 0.2)) for b in blocks]
+    elif factor == "long":
+        a.steps = args.steps * args.long_factor
+    elif factor != "base":
+        raise ValueError(f"factor must be one of {FACTORS}, got {factor!r}")
+    return a
+
+
+def _applies(factor: str, score: str) -> bool:
+    return not (factor.startswith("init") and score != "closed_form")
+
+
+def run_grid(args) -> Dict[str, Dict[str, List[dict]]]:
+    """``{factor: {score: [run, ...]}}``, trained or read from the cache."""
+    from .lie_sequence import run_one
+    folder = os.path.join(args.out, args.group)
+    os.makedirs(folder, exist_ok=True)
+    grid: Dict[str, Dict[str, List[dict]]] = {}
+    for factor in args.factors:
+        for score in args.scores:
+            if not _applies(factor, score):
+                continue
+            for seed in args.seeds:
+                path = os.path.join(folder, f"{factor}_{MODEL_LETTER[score]}_{seed}.json")
+                if os.path.exists(path):
+                    with open(path) as f:
+                        run = json.load(f)
+                else:
+                    run = run_one(args.group, score, seed, factor_args(args, factor), progress=not args.no_progress)
+                    run = {k: v for k, v in run.items() if k != "losses"} | {"losses": run["losses"][::10]}
+                    with open(path, "w") as f:
+                        json.dump(run, f)
+                print(f"{args.group} {factor:12s} {MODEL_LETTER[score]} seed {seed}: pose error "
+                      f"{run['pose_error']:.2e}, final loss {run['final_loss']:.2e}, {run['train_time_s']:.0f} s",
+                      flush=True)
+                grid.setdefault(factor, {}).setdefault(score, []).append(run)
+    return grid
+
+
+def summarize(grid) -> Dict[str, float]:
+    """The metrics of the result file (see the module docstring)."""
+    out: Dict[str, float] = {}
+    for factor, by_score in grid.items():
+        means = {}
+        for score, runs in by_score.items():
+            e = torch.tensor([r["pose_error"] for r in runs], dtype=torch.float64)
+            key = f"{factor}.{MODEL_LETTER[score]}."
+            means[score] = float(e.mean())
+            out[key + "pose_error"] = float(e.mean())
+            out[key + "pose_error_std"] = float(e.std()) if e.numel() > 1 else 0.0
+            out[key + "pose_error_max"] = float(e.max())
+            out[key + "failed_seeds"] = float((e > FAILED).sum())
+            out[key + "final_loss"] = float(torch.tensor([r["final_loss"] for r in runs]).mean())
+        if "closed_form" in means and "mlp" in means:
+            out[f"{factor}.G_over_C"] = means["closed_form"] / means["mlp"]
+    return out
+
+
+def paper_ratio(group: str) -> Dict[str, float]:
+    """The paper's base-row numbers: G and C pose errors and their ratio, where it gives both."""
+    row = PAPER.get(group, {})
+    vals = {}
+    for letter in ("G", "C"):
+        v = row.get(letter, (None,))[0]
+        if isinstance(v, str):
+            try:
+                v = float(v.lstrip("~"))
+            except ValueError:
+                v = None
+        if v is not None:
+            vals[letter] = v
+    out = {f"base.{k}.pose_error": v for k, v in vals.items()}
+    if len(vals) == 2:
+        out["base.G_over_C"] = vals["G"] / vals["C"]
+    return out
+
+
+def plot(grid, path: str, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    factors = list(grid)
+    fig, ax = plt.subplots(figsize=(1.3 * len(factors) + 2, 3.8))
+    for k, (score, color) in enumerate((("closed_form", "C0"), ("mlp", "C1"))):
+        for i, factor in enumerate(factors):
+            runs = grid[factor].get(score)
+            if not runs:
+                continue
+            x = i + (k - 0.5) * 0.3
+            e = [r["pose_error"] for r in runs]
+            ax.bar(x, sum(e) / len(e), 0.3, color=color, alpha=0.6,
+                   label=f"{MODEL_LETTER[score]} ({score})" if i == 0 else None)
+            ax.plot([x] * len(e), e, "k.", ms=4)
+    ax.set_xticks(range(len(factors)))
+    ax.set_xticklabels(factors, rotation=20)
+    ax.set_yscale("log")
+    ax.set_ylabel("pose error (mean; dots: seeds)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(args: argparse.Namespace) -> int:
+    from ..training import require_single_process
+    require_single_process("lie-sequence-ablation")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    t0 = time.time()
+    grid = run_grid(args)
+    metrics = summarize(grid)
+    for factor in grid:
+        print(f"{factor:12s} " + "  ".join(f"{MODEL_LETTER[s]} {metrics[f'{factor}.{MODEL_LETTER[s]}.pose_error']:.2e}"
+                                          for s in grid[factor]))
+    path = os.path.join(args.out, f"{args.group}_ablation.png")
+    plot(grid, path, f"{args.group}: one factor at a time, seeds {' '.join(map(str, args.seeds))}")
+    from .results import record_run
+    notes = (f"ablation, one factor at a time from a base of {args.steps} steps of {args.batch_size}, "
+             f"{args.train_size} training sequences, per-token head, {len(args.seeds)} seed(s); "
+             f"init {args.init_scales[0]:g} / {args.init_scales[1]:g}, data scale {args.data_scale:g}, "
+             f"long = {args.long_factor} x steps (the paper states no budget)")
+    record_run(args, "lie-sequence-ablation", args.group, ["train", "lie-sequence-ablation"], metrics=metrics,
+               paper=paper_ratio(args.group), setting=notes, wall_time_s=time.time() - t0,
+               seed=list(args.seeds), plots=[path])
+    return 0

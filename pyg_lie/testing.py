@@ -112,6 +112,7 @@ def representation(rep: Callable[[Tensor], Tensor]) -> Callable[[Tensor, Tensor]
         return x @ D.transpose(0, 1)
 
     act.__name__ = f"representation({getattr(rep, '__name__', 'rep')})"
+    act._perturbable = True
     return act
 
 
@@ -204,9 +205,15 @@ def _max_abs(t: Tensor) -> float:
     return float(t.detach().abs().max()) if t.numel() else 0.0
 
 
+def _perturbable(x: Any, action: Callable) -> bool:
+    named = action in (_act_points, _act_vectors, _act_elements) or getattr(action, "_perturbable", False)
+    return named and isinstance(x, Tensor) and x.is_floating_point()
+
+
 def _perturb(x: Any, action: Callable, group: Any, generator: torch.Generator) -> Any:
-    """An independent change of each point, vector, element or feature: no group action."""
-    if action is _act_invariant or not isinstance(x, Tensor) or not x.is_floating_point():
+    """An independent change of each point, vector, element or feature: no group action.
+    Inputs with an invariant or a custom action are left as they are."""
+    if not _perturbable(x, action):
         return x
     if action is _act_elements:
         if group is None or not hasattr(group, "random"):
@@ -285,10 +292,10 @@ def equivariance_error(
             raise ValueError(f"f returned {len(out_g)} outputs on transformed inputs, {len(out)} before")
         for i, (act, o, og) in enumerate(zip(acts_out, out, out_g)):
             expected = act(g.to(o.device), o.detach())
-            if og.shape != expected.shape:
-                raise ValueError(f"output {i}: shape {tuple(og.shape)} on transformed inputs, "
-                                 f"{tuple(expected.shape)} expected")
-            e = _max_abs(og.detach() - expected) if og.numel() else 0.0
+            if og.shape != expected.shape:  # e.g. an edge list that gained or lost edges
+                e = math.inf
+            else:
+                e = _max_abs(og.detach() - expected) if og.numel() else 0.0
             if math.isnan(e):
                 e = math.inf
             errors[i] = max(errors[i], e)
@@ -298,8 +305,9 @@ def equivariance_error(
     change = None
     if nontrivial:
         if perturb is None:
-            if all(a is _act_invariant for a in acts_in):
-                raise ValueError("every input is invariant, so there is nothing to perturb: pass "
+            if not any(_perturbable(x, a) for x, a in zip(inputs, acts_in)):
+                raise ValueError("no input has a named geometric action ('points', 'vectors', 'elements', "
+                                 "representation), so there is nothing to perturb by default: pass "
                                  "perturb=callable(inputs) -> inputs or nontrivial=False")
             pgen = torch.Generator().manual_seed(seed + 1)
             perturbed = tuple(_perturb(x, a, group, pgen) for x, a in zip(inputs, acts_in))
@@ -345,10 +353,12 @@ def assert_equivariant(
     the largest absolute entry of the outputs.
 
     With ``nontrivial=True`` (the default) ``f`` must also *see* its geometric inputs: every
-    input whose action is not invariant is perturbed in a way that is no group action (points,
-    vectors and features by independent noise of a tenth of their size, group elements each
-    multiplied on the right by its own random element) and some output must change by more
-    than ``min_change * scale``. A model that ignores the positions, for example softmax
+    input with a named action (``"points"``, ``"vectors"``, ``"elements"``,
+    :func:`representation`) is perturbed in a way that is no group action (points, vectors
+    and features by independent noise of a tenth of their size, group elements each
+    multiplied on the right by its own random element; inputs with invariant or custom
+    actions stay as they are, or ``perturb`` replaces all this) and some output must change
+    by more than ``min_change * scale``. A model that ignores the positions, for example softmax
     attention over identical features, fails here instead of passing every invariance check.
 
     Args:
@@ -377,8 +387,9 @@ def assert_equivariant(
         The :class:`EquivarianceResult` (errors, scale, change), e.g. to print.
 
     Raises:
-        AssertionError: naming the output, the measured error, the tolerance and the element;
-            or, with ``nontrivial``, the measured change.
+        AssertionError: naming the output, the measured error, the tolerance and the element
+            (an output whose shape changes under ``g``, such as an edge list that gains edges,
+            has error ``inf``); or, with ``nontrivial``, the measured change.
     """
     res = equivariance_error(f, inputs, group, actions_in, actions_out, elements=elements,
                              num_elements=num_elements, seed=seed, dtype=dtype,

@@ -104,7 +104,7 @@ def test_bad_arguments_name_the_fix():
         assert_equivariant(distances, (x,))
     with pytest.raises(TypeError, match=r"module.to\(torch.float64\)"):
         assert_equivariant(torch.nn.Linear(2, 2), (x,), group="SE2", actions_out="points")
-    with pytest.raises(ValueError, match="nothing to perturb"):
+    with pytest.raises(ValueError, match="nothing to perturb by default"):
         assert_equivariant(distances, (x,), group="SE2", actions_in="invariant")
 
 
@@ -112,3 +112,18 @@ def test_float32_default_tolerance():
     res = assert_equivariant(distances, (torch.randn(6, 3),), group=SO3(), actions_in="points",
                              dtype=torch.float32)
     assert res.error < 1e-4
+
+
+def test_custom_action_and_shape_change():
+    G = SE2()
+    gen = torch.Generator().manual_seed(3)
+    g = G.random(5, generator=gen, dtype=torch.float64)
+    conj = lambda h, x: h @ x @ torch.linalg.inv(h)  # noqa: E731
+    # log(h g h^-1) = h log(g) h^-1 as matrices; custom actions are not perturbed by default
+    with pytest.raises(ValueError, match="nothing to perturb by default"):
+        assert_equivariant(lambda g: G.hat(G.log(g)), (g,), G, conj, conj)
+    assert_equivariant(lambda g: G.hat(G.log(g)), (g,), G, conj, conj,
+                       perturb=lambda inp: (inp[0] @ G.random(5, generator=gen, dtype=torch.float64),))
+    pos = torch.randn(8, 2)
+    with pytest.raises(AssertionError, match="differs from the transformed output by inf"):
+        assert_equivariant(lambda p: (p[:, 0] > 0).nonzero(), (pos,), "SO2", nontrivial=False)

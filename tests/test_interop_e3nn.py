@@ -16,6 +16,7 @@ from pyg_lie.interop.e3nn import (IrrepsLift, IrrepsPool, as_irreps, from_axis_a
                                   rotate_irreps, to_axis_angle, wigner_D)
 from pyg_lie.models.lie_algebra_transformer import LieAlgebraTransformer  # noqa: E402
 from pyg_lie.models.lie_transformer import LieTransformer  # noqa: E402
+from pyg_lie.testing import assert_equivariant, representation  # noqa: E402
 
 F64 = torch.float64
 ODD = "1o + 1e + 2e + 0o"  # parity-odd and -even irreps of the issue
@@ -43,6 +44,11 @@ def rand_matrix(n, seed):
 def apply_D(irreps, R, x):
     """``D(R) x`` with e3nn's own matrices."""
     return torch.einsum("...ij,...j->...i", o3.Irreps(irreps).D_from_matrix(R), x)
+
+
+def rep(irreps):
+    """The action of a rotation or rigid motion on irreps features, with e3nn's own matrices."""
+    return representation(lambda g: o3.Irreps(irreps).D_from_matrix(g[:3, :3]))
 
 
 # ------------------------------------------------------------------ wigner_D
@@ -191,12 +197,11 @@ def test_irreps_lift_features_are_invariant_and_in_each_frame():
     # D(R_k) x_k is the point's feature again
     torch.testing.assert_close(apply_D(ODD, lifted.g[:, :3, :3], lifted.x), x[lifted.index], atol=1e-12, rtol=0)
     assert (lifted.x - x[lifted.index]).abs().max() > 0.1  # the frames are not the identity
-    u = se3_motion(rand_matrix(1, 11)[0], 12)
-    Ru = u[:3, :3]
-    # the rotated cloud with matched stabiliser samples (s(u x) h' = u s(x) h): same features
-    lifted2 = lift(apply_D(ODD, Ru, x), G.act(u, pos), stabilizer=homogeneous(Ru, torch.zeros(3, dtype=F64)) @ h)
-    torch.testing.assert_close(lifted2.g, u @ lifted.g, atol=1e-12, rtol=0)
-    torch.testing.assert_close(lifted2.x, lifted.x, atol=1e-12, rtol=0)
+    # the moved cloud with matched stabiliser samples (s(u x) h' = u s(x) h): the same features, moved frames
+    assert_equivariant(lambda x, pos, h: (lift(x, pos, stabilizer=h).g, lift(x, pos, stabilizer=h).x), (x, pos, h), G,
+                       (rep(ODD), "points", lambda u, h: homogeneous(u[:3, :3], torch.zeros(3, dtype=F64)) @ h),
+                       ("elements", "invariant"), elements=se3_motion(rand_matrix(1, 11)[0], 12)[None],
+                       atol=1e-12, rtol=0)
 
 
 def test_irreps_pool_per_graph_and_per_node():
@@ -217,9 +222,8 @@ def test_irreps_pool_per_graph_and_per_node():
     per_node = IrrepsPool(irreps)(y, g[:, :3, :3], index, size=5)
     torch.testing.assert_close(per_node, z.view(5, 2, -1).mean(1), atol=1e-12, rtol=0)
     # moving every frame by u rotates the pooled irreps: D(R_u) out
-    u = G.random(generator=gen(15), dtype=F64)
-    out2 = IrrepsPool(irreps)(y, u @ g, batch)
-    torch.testing.assert_close(out2, apply_D(irreps, u[:3, :3], out), atol=1e-12, rtol=0)
+    assert_equivariant(lambda y, g: IrrepsPool(irreps)(y, g, batch), (y, g), G, ("invariant", "elements"),
+                       rep(irreps), elements=G.random(1, generator=gen(15), dtype=F64), atol=1e-12, rtol=0)
 
 
 # --------------------------------------------------------------- LieTransformer
@@ -248,14 +252,15 @@ def test_lie_transformer_irreps_exact_under_finite_lift_group(subgroup):
         y = model(x, pos, batch)
         assert y.shape == (2, out.dim)
         E = subgroup.elements(F64)
-        worst, moved = 0.0, 0.0
-        for k in range(1, subgroup.order, 1 if subgroup.order <= 24 else 7):
-            u = se3_motion(E[k], 100 + k)
-            y2 = model(apply_D(ODD, E[k], x), get_group("SE3").act(u, pos), batch)
-            worst = max(worst, float((y2 - apply_D(out, E[k], y)).abs().max()))
-            moved = max(moved, float((y2 - y).abs().max()))
-        assert worst < 1e-12 * max(1.0, float(y.abs().max())), worst
-        assert moved > 1e-3  # the output does rotate: the check is not vacuous
+        ks = range(1, subgroup.order, 1 if subgroup.order <= 24 else 7)
+        motions = torch.stack([se3_motion(E[k], 100 + k) for k in ks])
+        scale = float(y.abs().max())
+        res = assert_equivariant(lambda x, pos: model(x, pos, batch), (x, pos), "SE3", (rep(ODD), "points"), rep(out),
+                                 elements=motions, atol=0 if scale >= 1 else 1e-12, rtol=1e-12 if scale >= 1 else 0)
+        worst = res.error
+        with pytest.raises(AssertionError, match="not equivariant"):  # the output does rotate: not vacuous
+            assert_equivariant(lambda x, pos: model(x, pos, batch), (x, pos), "SE3", (rep(ODD), "points"),
+                               "invariant", elements=motions, atol=1e-3, rtol=0)
         # the output depends on the irreps features ...
         assert float((model(torch.randn_like(x), pos, batch) - y).abs().max()) > 1e-3
         # ... and on their orientation relative to the cloud (rotating x alone changes it)
@@ -276,15 +281,16 @@ def test_lie_transformer_irreps_exact_with_matched_stabiliser(group):
     model = irreps_model(irreps_out=out, K=3, group=group)
     x, pos = cloud()
     h = G.stabilizer_random(pos.size(0), 3, generator=gen(18), dtype=F64)
+
+    def matched(u, h):  # h' with s(u x) h' = u s(x) h
+        return (G.inv(G.section(G.act(u, pos))) @ (u @ G.section(pos))).unsqueeze(1) @ h
+
+    u = torch.stack([G.random(generator=gen(19 + s), dtype=F64) for s in range(2)])
+    args = (lambda x, pos, h: model(x, pos, stabilizer=h), (x, pos, h), G, (rep(ODD), "points", matched))
     with torch.no_grad():
-        y = model(x, pos, stabilizer=h)
-        for s in range(2):
-            u = G.random(generator=gen(19 + s), dtype=F64)
-            pos2 = G.act(u, pos)
-            h2 = (G.inv(G.section(pos2)) @ (u @ G.section(pos))).unsqueeze(1) @ h
-            y2 = model(apply_D(ODD, u[:3, :3], x), pos2, stabilizer=h2)
-            torch.testing.assert_close(y2, apply_D(out, u[:3, :3], y), atol=1e-11, rtol=0)
-            assert float((y2 - y).abs().max()) > 1e-3
+        assert_equivariant(*args, rep(out), elements=u, atol=1e-11, rtol=0)
+        with pytest.raises(AssertionError, match="not equivariant"):  # the output does rotate
+            assert_equivariant(*args, "invariant", elements=u, atol=1e-3, rtol=0)
 
 
 def test_lie_transformer_so3_cyclic_lift_exact_about_z():
@@ -292,12 +298,12 @@ def test_lie_transformer_so3_cyclic_lift_exact_about_z():
     for R about e_z, so the model is exactly equivariant to C_K about e_z."""
     model = irreps_model(irreps_out="1o + 2e", K=4, lift="finite", group="SO3", subgroup=Cn(4))
     x, pos = cloud()
+    R = get_group("SO3").stabilizer_embed(Cn(4).elements(F64))
+    args = (model, (x, pos), "SO3", (rep(ODD), "points"))
     with torch.no_grad():
-        y = model(x, pos)
-        R = get_group("SO3").stabilizer_embed(Cn(4).elements(F64))[1]
-        y2 = model(apply_D(ODD, R, x), pos @ R.T)
-        torch.testing.assert_close(y2, apply_D("1o + 2e", R, y), atol=1e-11, rtol=0)
-        assert float((y2 - y).abs().max()) > 1e-3
+        assert_equivariant(*args, rep("1o + 2e"), elements=R, atol=1e-11, rtol=0)
+        with pytest.raises(AssertionError, match="not equivariant"):  # the output does rotate
+            assert_equivariant(*args, "invariant", elements=R[1:], atol=1e-3, rtol=0)
 
 
 def test_lie_transformer_irreps_haar_error_falls_with_lifts():
@@ -364,10 +370,10 @@ def test_lie_algebra_transformer_irreps_payload_equivariant(group):
     batch = torch.tensor([0, 0, 0, 1, 1, 1, 1])
     with torch.no_grad():
         p1 = model(g, batch=batch, x=x).prediction
-        b = G.random(generator=gen(63), dtype=F64)
-        p2 = model(b @ g, batch=batch, x=apply_D(ODD, b[:3, :3], x)).prediction
-        torch.testing.assert_close(p2, b @ p1, atol=1e-11, rtol=0)
+        assert_equivariant(lambda g, x: model(g, batch=batch, x=x).prediction, (g, x), G, ("elements", rep(ODD)),
+                           "elements", seed=63, atol=1e-11, rtol=0)
         # the payload matters, including its orientation relative to the tokens
+        b = G.random(generator=gen(63), dtype=F64)
         p3 = model(g, batch=batch, x=apply_D(ODD, b[:3, :3], x)).prediction
         assert float((p3 - p1).abs().max()) > 1e-3
     with pytest.raises(ValueError, match="needs a group of rotations of R\\^3"):

@@ -5,6 +5,10 @@ LieTransformer (T(2), or SE(2) with the finite ``C_2`` lift; constant attention
 normalisation; features ``f_i = (m_i, k_i)``) is trained on random 5-step
 windows of :class:`~pyg_lie.datasets.SpringDynamics` trajectories with the
 arithmetic-mean MSE over the window, Adam and cosine annealing (Appendix I.3).
+``--potential fc`` and ``--potential gn`` train the paper's baselines in the same
+harness (same data, loss, optimiser and metrics): the fully connected network on the
+flattened system and the graph network on the complete particle graph
+(:mod:`pyg_lie.models.springs_baselines`).
 
 Reported at the end (``summary.json``, printed):
 
@@ -16,7 +20,8 @@ Reported at the end (``summary.json``, printed):
   of the *true* Hamiltonian along the predicted rollout (and the same for the
   RK4 ground truth as a floor);
 * plots: ``trajectories.png`` (prediction vs truth, Fig. 6), ``rollout_error.png``
-  (error against rollout step, Fig. 5), ``learning_curves.png``;
+  (error against rollout step, Fig. 5), ``learning_curves.png``, ``rollout_error.csv``
+  (that curve's numbers);
   with ``--sizes`` a sweep over training-set sizes and ``data_efficiency.png``
   (Fig. 4) next to the paper's value (about 4.5e-7 at 10^4 examples).
 
@@ -38,6 +43,7 @@ from torch.utils.data import Subset
 from ..cli.types import nonnegative_float, nonnegative_int, positive_float, positive_int
 from ..datasets.springs import SpringDynamics, spring_hamiltonian
 from ..models.hamiltonian import HamiltonianNODE, PairwiseMLPPotential, rollout_mse
+from ..models.springs_baselines import FCPotential, GraphNetworkPotential
 from ..training import (DistEnv, all_reduce_sum, cleanup, eval_loader, fit, init_distributed, seed_everything,
                         unwrap, wrap_model)
 from ..training.ddp import gather_objects
@@ -51,8 +57,10 @@ PAPER = {  # Hutchinson et al. 2021, Figs. 4-5 (LieTransformer-T2, 842k paramete
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--group", choices=["T2", "SE2"], default="T2",
                    help="LieTransformer group: T2, or SE2 with the finite C2 lift (2 lifts per particle)")
-    p.add_argument("--potential", choices=["lie", "pair"], default="lie",
-                   help="V(q): the LieTransformer, or a small pairwise-distance MLP baseline")
+    p.add_argument("--potential", choices=list(POTENTIALS), default="lie",
+                   help="V(q): the LieTransformer; the paper's baselines 'fc' (MLP on the flattened system) "
+                        "and 'gn' (graph network on the complete particle graph); or 'pair', a small "
+                        "pairwise-distance MLP")
     p.add_argument("--n-train", type=positive_int, default=200, help="training systems (one 5-step window each)")
     p.add_argument("--n-val", type=positive_int, default=100)
     p.add_argument("--n-test", type=positive_int, default=100, help="test trajectories")
@@ -64,8 +72,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epoch-scale", type=positive_float, default=3.0, help="the paper uses 400")
     p.add_argument("--batch-size", type=positive_int, default=100, help="global batch (full batch when n <= it)")
     p.add_argument("--lr", type=nonnegative_float, default=1e-3)
-    p.add_argument("--hidden", type=positive_int, default=32, help="d_v (paper: 160, small model 80)")
-    p.add_argument("--layers", type=nonnegative_int, default=2, help="attention blocks (paper: 5, small model 3)")
+    p.add_argument("--hidden", type=positive_int, default=None,
+                   help="width: d_v of the LieTransformer (default 32; paper: 160, small model 80), "
+                        "the MLP width of fc (default 150) and gn (default 64), pair (default 32)")
+    p.add_argument("--layers", type=nonnegative_int, default=None,
+                   help="attention blocks of the LieTransformer (default 2; paper: 5, small model 3), "
+                        "hidden layers of fc (default 4) and pair (default 2), graph-network blocks of gn "
+                        "(default 1)")
     p.add_argument("--heads", type=positive_int, default=4, help="heads (paper: 8)")
     p.add_argument("--chunk-len", type=positive_int, default=5, help="training window in steps")
     p.add_argument("--rollout-steps", type=positive_int, default=100)
@@ -88,20 +101,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_result_arguments(p, "POTENTIAL-GROUP-nN_TRAIN, e.g. lie-T2-n200, one per size of --sizes")
 
 
-def build_potential(group: str, hidden_channels: int = 32, num_layers: int = 2, heads: int = 4,
-                    potential: str = "lie") -> nn.Module:
+#: ``--potential`` -> default (width, layers): the LieTransformer's scaled-down size; the fc and gn
+#: baselines at the widths of the reference implementation the paper's baselines come from
+POTENTIALS = {"lie": (32, 2), "fc": (150, 4), "gn": (64, 1), "pair": (32, 2)}
+
+
+def build_potential(group: str, hidden_channels: Optional[int] = None, num_layers: Optional[int] = None,
+                    heads: int = 4, potential: str = "lie") -> nn.Module:
     """The potential network ``V(x=(m, k), pos=q, batch) -> (B, 1)``.
 
     ``"lie"``: LieTransformer with constant attention normalisation (the paper's
     choice; softmax trained poorly), dot-product content + MLP location kernel
     (width 16, 3 layers), additive combination, all pairs of particles; T(2) with
     one lift, or SE(2) with the two-element finite lift ``C_2`` (exact
-    ``T(2) x| C_2`` invariance).  ``"pair"``: :class:`PairwiseMLPPotential`.
+    ``T(2) x| C_2`` invariance).  ``"fc"``: :class:`FCPotential` (6 particles);
+    ``"gn"``: :class:`GraphNetworkPotential`; ``"pair"``: :class:`PairwiseMLPPotential`
+    (``group`` and ``heads`` matter for ``"lie"`` only).  ``None`` sizes take the
+    defaults of :data:`POTENTIALS`.
     """
+    if potential not in POTENTIALS:
+        raise ValueError(f"potential must be one of {sorted(POTENTIALS)}, got {potential!r}")
+    hidden_channels = POTENTIALS[potential][0] if hidden_channels is None else hidden_channels
+    num_layers = POTENTIALS[potential][1] if num_layers is None else num_layers
     if potential == "pair":
-        return PairwiseMLPPotential(2, hidden_channels)
-    if potential != "lie":
-        raise ValueError(f"potential must be 'lie' or 'pair', got {potential!r}")
+        return PairwiseMLPPotential(2, hidden_channels, num_layers)
+    if potential == "fc":
+        return FCPotential(6, 2, 2, hidden_channels, num_layers)
+    if potential == "gn":
+        return GraphNetworkPotential(2, 2, hidden_channels, num_layers)
     if group not in ("T2", "SE2"):
         raise ValueError(f"group must be 'T2' or 'SE2', got {group!r}")
     from ..models.lie_transformer import LieTransformer
@@ -227,7 +254,7 @@ def train_one(args: argparse.Namespace, env: DistEnv, train_set, val, test: Spri
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)
     dt = test.dt
-    title = f"{args.potential}-{args.group}, n={n}" if args.potential == "lie" else f"pair MLP, n={n}"
+    title = f"{_label(args)}, n={n}"
 
     def evaluate(m: nn.Module, epoch: int) -> Dict[str, float]:
         return {"val_mse": window_mse(m, val, dt, env, dtype)}
@@ -253,16 +280,131 @@ def train_one(args: argparse.Namespace, env: DistEnv, train_set, val, test: Spri
     }
     if env.is_main:
         _plot_rollout(res, out, title)
+        write_curve_csv(curves, os.path.join(out, "rollout_error.csv"))
         with open(os.path.join(out, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
         _record(args, summary, rows, out, time.time() - t0)
     return summary
 
 
+def _label(args: argparse.Namespace) -> str:
+    return {"lie": f"LieTransformer-{args.group}", "fc": "FC", "gn": "GN", "pair": "pair MLP"}[args.potential]
+
+
+def write_curve_csv(curves: torch.Tensor, path: str) -> None:
+    """The error-vs-step curve of ``(systems, steps)`` per-step MSEs: per step the geometric
+    and the arithmetic mean over test systems (``step,gmse,mse``)."""
+    gm = curves.double().clamp_min(1e-30).log().mean(0).exp()
+    am = curves.double().mean(0)
+    with open(path, "w") as f:
+        f.write("step,gmse,mse\n")
+        for t in range(curves.shape[1]):
+            f.write(f"{t + 1},{float(gm[t]):.6e},{float(am[t]):.6e}\n")
+
+
+def read_curve_csv(path: str) -> Dict[str, List[float]]:
+    """``{"step": [...], "gmse": [...], "mse": [...]}`` from :func:`write_curve_csv`'s file."""
+    import csv
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows or set(rows[0]) != {"step", "gmse", "mse"}:
+        raise ValueError(f"{path}: not a rollout-error curve (columns step,gmse,mse)")
+    return {k: [float(r[k]) for r in rows] for k in ("step", "gmse", "mse")}
+
+
+@torch.no_grad()
+def evaluate_checkpoint(checkpoint: str, n_test: Optional[int] = None,
+                        rollout_steps: Optional[int] = None) -> Dict[str, object]:
+    """Rebuild the model of a ``pyg-lie train springs`` checkpoint (its stored arguments), load
+    its weights and return :func:`rollout_metrics` on the run's test set (single process)."""
+    from ..training.checkpoint import load_weights
+    if not os.path.isfile(checkpoint):
+        raise ValueError(f"checkpoint {checkpoint!r} does not exist")
+    stored = torch.load(checkpoint, map_location="cpu", weights_only=False).get("extra", {}).get("args")
+    if not isinstance(stored, dict):
+        raise ValueError(f"checkpoint {checkpoint!r} holds no 'pyg-lie train springs' arguments")
+    a = argparse.Namespace(**stored)
+    potential = getattr(a, "potential", "lie")
+    dtype = torch.float64 if a.double else torch.float32
+    net = HamiltonianNODE(build_potential(a.group, a.hidden, a.layers, a.heads, potential)).to(dtype)
+    load_weights(checkpoint, net, flag="checkpoint")
+    steps = rollout_steps or a.rollout_steps
+    test = SpringDynamics(n_test or a.n_test, mode="chunks", chunk_len=a.chunk_len, seed=a.data_seed + 2,
+                          num_steps=max(500, steps), t_end=0.01 * max(500, steps))
+    env = init_distributed("cpu")
+    return rollout_metrics(net, test, steps, env, dtype)
+
+
+def plot_rollout_comparison(folder: str, out: Optional[str] = None) -> Optional[str]:
+    """One figure of every run's rollout error against time (paper Fig. 5) and energy drift.
+
+    Reads the ``<run>.rollout_error.csv`` curves and ``<run>.json`` result files of
+    ``folder`` (``results/springs``) and writes ``rollout_comparison.png`` there (or to
+    ``out``); returns its path, or None when there are no curves.
+    """
+    import glob
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = []
+    for csv_path in sorted(glob.glob(os.path.join(folder, "*.rollout_error.csv"))):
+        run = os.path.basename(csv_path)[:-len(".rollout_error.csv")]
+        meta_path = os.path.join(folder, run + ".json")
+        meta = json.load(open(meta_path)) if os.path.isfile(meta_path) else {}
+        runs.append((run, read_curve_csv(csv_path), meta))
+    if not runs:
+        return None
+    runs.sort(key=lambda r: (r[2].get("n_train", 0), r[0]))
+    sizes = sorted({r[2].get("n_train", 0) for r in runs})
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [3, 2]})
+    styles = ["-", "--", ":", "-."]
+    colours: Dict[str, str] = {}
+    labels, drifts = [], []
+    for run, curve, meta in runs:
+        kind = run.rsplit("-n", 1)[0]
+        c = colours.setdefault(kind, f"C{len(colours)}")
+        n = meta.get("n_train", 0)
+        ls = styles[sizes.index(n) % len(styles)]
+        dt = 0.01
+        ax.plot([s * dt for s in curve["step"]], curve["gmse"], c=c, ls=ls, label=f"{run}")
+        m = meta.get("metrics", {})
+        drift = next((v for k, v in m.items() if k.startswith("energy_drift_") and not k.endswith("_truth")), None)
+        if drift is not None:
+            labels.append(run)
+            drifts.append((drift, c))
+    ax.set_yscale("log")
+    ax.set_xlabel("time (rollout steps x 0.01)")
+    ax.set_ylabel("state MSE (geometric mean over test systems)")
+    ax.set_title("rollout error vs time (paper Fig. 5)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6)
+    if drifts:
+        bx.barh(range(len(drifts)), [d for d, _ in drifts], color=[c for _, c in drifts])
+        bx.set_yticks(range(len(drifts)), labels, fontsize=6)
+        bx.set_xscale("log")
+        bx.invert_yaxis()
+        truth = next((v for r in runs for k, v in r[2].get("metrics", {}).items() if k.endswith("_truth")), None)
+        if truth is not None:
+            bx.axvline(truth, c="k", ls=":", lw=1, label="RK4 ground truth")
+            bx.legend(fontsize=6)
+        bx.set_xlabel("relative energy drift |H(z_T) - H(z_0)| / |H(z_0)|")
+        bx.set_title("energy drift over the rollout", fontsize=9)
+        bx.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    path = out or os.path.join(folder, "rollout_comparison.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 #: Appendix I.3: the paper's model (LieTransformer-T2, 842k parameters), optimiser, epoch rule and
 #: the training-set size of its headline numbers
 PAPER_SETTING = {"potential": "lie", "group": "T2", "hidden": 160, "layers": 5, "heads": 8, "epoch_scale": 400.0,
                  "lr": 1e-3, "batch_size": 100, "chunk_len": 5, "n_train": 10000}
+#: the baselines: the reference implementation's widths, the paper's training setting
+BASELINE_SETTING = {"fc": {"hidden": 150, "layers": 4}, "gn": {"hidden": 64, "layers": 1}}
 
 
 def _record(args, summary: Dict[str, float], rows: List[Dict[str, float]], out: str, seconds: float) -> None:
@@ -280,13 +422,22 @@ def _record(args, summary: Dict[str, float], rows: List[Dict[str, float]], out: 
             paper["rollout_gmse_100"] = PAPER["rollout_mse_100"][10000]
     n = summary["n_train"]
     extra = [f"{summary['epochs']} epochs" + (" (--epochs)" if args.epochs is not None else "")]
-    setting = setting_text({**vars(args), "n_train": n}, PAPER_SETTING, extra)
-    name = f"{args.potential}-{args.group}-n{n}" if args.potential == "lie" else f"pair-n{n}"
+    reference = PAPER_SETTING
+    if args.potential in BASELINE_SETTING:
+        reference = {**{k: v for k, v in PAPER_SETTING.items() if k not in ("group", "heads")},
+                     "potential": args.potential, **BASELINE_SETTING[args.potential]}
+    setting = setting_text({**vars(args), "n_train": n}, reference, extra)
+    name = f"{args.potential}-{args.group}-n{n}" if args.potential == "lie" else f"{args.potential}-n{n}"
     plots = [os.path.join(out, f) for f in ("rollout_error.png", "trajectories.png")]
     if args.run_name and args.sizes:  # one file per size
         args = argparse.Namespace(**{**vars(args), "run_name": f"{args.run_name}-n{n}"})
-    record_run(args, "springs", name, ["train", "springs"], metrics=metrics, paper=paper, setting=setting,
-               wall_time_s=seconds, seed=args.seed, plots=plots, extra={"n_train": n})
+    path = record_run(args, "springs", name, ["train", "springs"], metrics=metrics, paper=paper, setting=setting,
+                      wall_time_s=seconds, seed=args.seed, plots=plots, extra={"n_train": n})
+    import shutil
+    curve = os.path.join(out, "rollout_error.csv")
+    if os.path.isfile(curve):
+        shutil.copyfile(curve, path.with_suffix(".rollout_error.csv"))
+        plot_rollout_comparison(str(path.parent))
 
 
 def _plot_sweep(rows: List[Dict[str, float]], out: str, label: str) -> None:
@@ -313,6 +464,9 @@ def _plot_sweep(rows: List[Dict[str, float]], out: str, label: str) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
+    width, depth = POTENTIALS[args.potential]
+    args.hidden = width if args.hidden is None else args.hidden
+    args.layers = depth if args.layers is None else args.layers
     env = init_distributed(args.device)
     try:
         sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else [args.n_train]

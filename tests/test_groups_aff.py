@@ -12,6 +12,7 @@ from pyg_lie.groups import get_group
 from pyg_lie.groups._aff_log import logm, logm_iss
 from pyg_lie.groups.aff import Aff2, Aff3
 from pyg_lie.groups.base import homogeneous, rot2, skew3
+from pyg_lie.testing import assert_equivariant
 
 GROUPS = [Aff2(), Aff3()]
 
@@ -339,9 +340,12 @@ def test_log_is_conjugation_equivariant(G):
     gen = torch.Generator().manual_seed(11)
     g = G.exp(_algebra(G, 6, 0.5, gen))
     h = G.random(6, generator=gen, dtype=f64)
-    lhs = G.hat(G.log(h @ g @ G.inv(h)))
-    rhs = h @ G.hat(G.log(g)) @ G.inv(h)
-    torch.testing.assert_close(lhs, rhs, atol=1e-11, rtol=1e-11)
+
+    def conj(h, X):
+        return h @ X @ G.inv(h)
+
+    assert_equivariant(lambda g: G.hat(G.log(g)), (g,), G, conj, conj, elements=h, atol=1e-11, rtol=1e-11,
+                       perturb=lambda inputs: (G.exp(_algebra(G, 6, 0.5, gen)),))
 
 
 # --------------------------------------------------------------- random and stabiliser

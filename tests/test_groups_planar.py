@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyg_lie.groups import SE2, SO2, Tn
+from pyg_lie.testing import assert_equivariant
 
 SQ2 = math.sqrt(2)
 
@@ -70,8 +71,9 @@ def test_se2_random_translation_is_standard_normal():
 def test_se2_left_invariance_of_relative_log():
     """log((a g)^-1 (a h)) = log(g^-1 h): the basis of every equivariance claim."""
     G = SE2()
-    a, g, h = (G.random(20, dtype=torch.float64) for _ in range(3))
-    torch.testing.assert_close(G.log(G.between(a @ g, a @ h)), G.log(G.between(g, h)))
+    g, h = (G.random(20, dtype=torch.float64, generator=torch.Generator().manual_seed(s)) for s in (0, 1))
+    assert_equivariant(lambda g, h: G.log(G.between(g, h)), (g, h), G, "elements", "invariant",
+                       num_elements=20, atol=1e-10, rtol=1e-10)
 
 
 def test_so2_section_at_origin_raises():

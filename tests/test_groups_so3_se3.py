@@ -15,6 +15,7 @@ from torch.autograd import gradcheck, gradgradcheck
 
 from pyg_lie.groups import SE3, SO3, Cn, Dn, get_group
 from pyg_lie.groups.base import skew3
+from pyg_lie.testing import assert_equivariant
 
 S2 = math.sqrt(2.0)
 F64 = torch.float64
@@ -264,8 +265,8 @@ def test_group_axioms_and_action(G):
     torch.testing.assert_close(G.exp(0.3 * xi) @ G.exp(0.7 * xi), G.exp(xi))
     # log is equivariant under conjugation by rotations (adjoint on the rotation block)
     if G.name == "SO3":
-        torch.testing.assert_close(G.log(a @ G.exp(xi) @ G.inv(a)) / S2,
-                                   (a @ (xi / S2).unsqueeze(-1)).squeeze(-1))
+        assert_equivariant(G.log, (G.exp(xi),), G, lambda a, R: a @ R @ G.inv(a), "vectors", elements=a,
+                           atol=1e-7, rtol=1e-7, perturb=lambda inputs: (G.exp(1.1 * xi),))
 
 
 def test_so3_act_on_sphere():

@@ -195,3 +195,80 @@ def test_elements_are_copies():
     G = Cn(3).generators(F64)
     G.zero_()
     assert Cn(3).generators(F64).abs().sum() > 0
+
+
+# ------------------------------------------------------- one model of C_n / D_n (index algebra)
+O2 = [Cn(1), Cn(2), Cn(4), Cn(5), Cn(6), Dn(1), Dn(2), Dn(3), Dn(4), Dn(6)]
+
+
+@pytest.mark.parametrize("G", O2, ids=repr)
+def test_o2_index_algebra_matches_the_matrices(G):
+    """The closed-form products, inverses, pairs and words of Cn / Dn are those of the matrices."""
+    E = G.elements(F64)
+    flip = torch.diag(torch.tensor([1.0, -1.0], dtype=F64))
+    for i, (f, k) in enumerate(G.pairs):
+        assert G.pair_index(f, k) == i
+        R = Cn(G.n).elements(F64)[k]
+        torch.testing.assert_close(E[i], R @ flip if f else R, rtol=0, atol=1e-14)
+        assert torch.equal(torch.as_tensor(G.plane_matrix(i)), E[i])
+    T = G.multiplication_table().tolist()
+    inv = G.inverse_indices().tolist()
+    assert [[G.mul(a, b) for b in range(G.order)] for a in range(G.order)] == T
+    assert [G.inv(a) for a in range(G.order)] == inv
+    assert G.generator_indices == G.index_of(G.generators(F64)).tolist()
+    assert G.closure(G.generator_indices) == list(range(G.order))
+    assert G.word("r") == (1 % G.n) and G.word(f"r^{G.n}") == 0 and G.word("r^-1") == G.inv(G.word("r"))
+    if G.dihedral:
+        t, r = G.word("t"), G.word("r")
+        assert t == G.n and G.word("tr") == G.mul(t, r) and G.mul(t, r) == G.mul(G.inv(r), t)
+    else:
+        with pytest.raises(ValueError, match="reflection"):
+            G.word("t")
+
+
+@pytest.mark.parametrize("G", [Tetrahedral(), Octahedral()], ids=repr)
+def test_generic_index_algebra_from_the_tables(G):
+    E = G.elements(F64)
+    a, b = 5, 7
+    torch.testing.assert_close(E[G.mul(a, b)], E[a] @ E[b], rtol=0, atol=1e-12)
+    torch.testing.assert_close(E[G.inv(a)], E[a].T, rtol=0, atol=1e-12)
+    assert G.closure(G.generator_indices) == list(range(G.order))
+    assert len(G.closure([G.mul(a, a)])) < G.order
+
+
+def test_o2_subgroup_embedding_is_a_homomorphism_into_the_same_matrices():
+    G = Dn(4)
+    for H in (Cn(4), Dn(2), Cn(2), Dn(1), Cn(1)):
+        emb = G.subgroup_embedding(H)
+        torch.testing.assert_close(G.elements(F64)[emb], H.elements(F64), rtol=0, atol=1e-14)
+        for a in range(H.order):
+            for b in range(H.order):
+                assert emb[H.mul(a, b)] == G.mul(emb[a], emb[b])
+    with pytest.raises(ValueError, match="not a subgroup"):
+        Cn(4).subgroup_embedding(Dn(2))
+    with pytest.raises(ValueError, match="not a subgroup"):
+        Dn(4).subgroup_embedding(Cn(3))
+
+
+def test_finite_group_by_name_and_the_vit_uses_the_same_model():
+    from pyg_lie.groups import finite_group
+    from pyg_lie.groups.finite import o2_group
+    from pyg_lie.vit import FieldType, get_group
+
+    assert finite_group("D4") is finite_group("d4") and finite_group("D4") == Dn(4)
+    assert isinstance(finite_group("C6"), Cn) and finite_group("octahedral") == Octahedral()
+    G = Dn(3)
+    assert finite_group(G) is G and o2_group(G) is G
+    assert get_group("D4") is finite_group("D4")
+    V = FieldType.regular("D4", 2)
+    assert isinstance(V.group, Dn) and V.group == Dn(4)
+    with pytest.raises(ValueError, match="'C4' or 'D6'"):
+        finite_group("E8")
+    with pytest.raises(ValueError, match="'C4' or 'D6'"):
+        finite_group("C0")
+    with pytest.raises(TypeError, match="group"):
+        finite_group(4)
+    with pytest.raises(ValueError, match="cyclic or dihedral"):
+        o2_group("Tetrahedral")
+    with pytest.raises(ValueError, match="cyclic or dihedral"):
+        FieldType.regular(Octahedral(), 1)

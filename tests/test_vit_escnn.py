@@ -22,7 +22,7 @@ def test_irreps_and_regular_agree_with_escnn(name):
         eg = escnn_element(eG, G, g)
         for rho in G.irreps:
             from pyg_lie.interop.escnn import escnn_irrep_id
-            np.testing.assert_allclose(rho.matrix(*G.elements[g]), eG.irrep(*escnn_irrep_id(rho))(eg), atol=1e-9)
+            np.testing.assert_allclose(rho.matrix(*G.pairs[g]), eG.irrep(*escnn_irrep_id(rho))(eg), atol=1e-9)
         np.testing.assert_allclose(reg[g], eG.regular_representation(eg), atol=1e-9)
     # escnn's regular field type -> ours: multiplicities and an orthogonal intertwiner
     V, T = from_escnn_type(to_escnn_type(FieldType.trivial(G, 1)).gspace.type(*[eG.regular_representation] * 2), G)
@@ -78,7 +78,7 @@ def test_geometric_tensor_round_trip_and_token_oracle(group):
             got = to_geometric_tensor(m.tokens(img.transform(eg).tensor), V, gs, grid_shape=(4, 4)).tensor
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
         # escnn's pixel frame is ours rotated by 90 degrees: its reflection (1, 0) is our r^2 t
-        ours = G.index(G.elements[g][0], G.elements[g][1] + 2 * G.elements[g][0]) if G.dihedral else g
+        ours = G.pair_index(G.pairs[g][0], G.pairs[g][1] + 2 * G.pairs[g][0]) if G.dihedral else g
         torch.testing.assert_close(img.transform(eg).tensor.flatten(-2), m.grid.transform_pixels(x.flatten(-2), ours))
     with pytest.raises(ValueError, match="group"):
         to_geometric_tensor(torch.zeros(1, 4, 2, 2), FieldType.regular("D2", 1))
@@ -206,7 +206,7 @@ def test_pixel_type_patch_embedding_spans_full_hom_space(group):
         P[g, grid.U_perms[g], np.arange(grid.patch_pixels)] = 1.0
         np.testing.assert_allclose(T.representation(g) @ Q, Q @ np.kron(W.representation(g), P[g]), atol=1e-10)
     pe = EquivariantPatchEmbed(grid, W.dim, V, pixel_type=W)
-    mats = [np.kron(V.representation(g), np.kron(W.representation(g), P[g])) for g in G.generators]
+    mats = [np.kron(V.representation(g), np.kron(W.representation(g), P[g])) for g in G.generator_indices]
     assert invariant_subspace(np.stack(mats)).shape[0] == sum(p.numel() for p in pe.linear.weights.values())
     with pytest.raises(ValueError, match="in_channels"):
         EquivariantPatchEmbed(grid, 3, V, pixel_type=W)

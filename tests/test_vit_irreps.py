@@ -21,7 +21,7 @@ def test_group_axioms_and_plane_embedding(name):
         np.testing.assert_allclose(G.plane_matrix(G.mul(a, b)), G.plane_matrix(a) @ G.plane_matrix(b), atol=1e-12)
     for a in range(G.order):
         assert G.mul(a, G.inv(a)) == 0
-    assert len(G.closure(G.generators)) == G.order
+    assert len(G.closure(G.generator_indices)) == G.order
 
 
 @pytest.mark.parametrize("name", GROUPS)
@@ -104,8 +104,8 @@ def test_schur_linear_equivariance_and_counts(name, dtype):
     expected = sum(r.end_dim * Vi.mult[r.name] * Vo.mult[r.name] for r in G.irreps) + Vo.mult[G.irreps[0].name]
     assert n_params == expected
     # dimension of Hom_G computed numerically from the representations = Schur count
-    mats_i = np.stack([Vi.representation(g) for g in G.generators])
-    mats_o = np.stack([Vo.representation(g) for g in G.generators])
+    mats_i = np.stack([Vi.representation(g) for g in G.generator_indices])
+    mats_o = np.stack([Vo.representation(g) for g in G.generator_indices])
     from pyg_lie.vit.irreps import invariant_subspace
     hom_dim = invariant_subspace(np.stack([np.kron(o, i) for o, i in zip(mats_o, mats_i)])).shape[0]
     assert hom_dim == n_params - Vo.mult[G.irreps[0].name]

@@ -203,7 +203,7 @@ def test_patch_embedding_spans_full_hom_space(group, grid, P):
     pe = EquivariantPatchEmbed(gr, 1, V)
     G = V.group
     mats = []
-    for g in G.generators:
+    for g in G.generator_indices:
         pi = np.zeros((gr.patch_pixels, gr.patch_pixels))
         pi[gr.U_perms[g], np.arange(gr.patch_pixels)] = 1.0
         mats.append(np.kron(V.representation(g), pi))

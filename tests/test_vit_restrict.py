@@ -3,11 +3,11 @@ import numpy as np
 import pytest
 import torch
 
+from pyg_lie.groups.finite import o2_group as get_group
 from pyg_lie.models.equivariant_vit import EquivariantViT
-from pyg_lie.vit.field_type import FieldType
-from pyg_lie.vit.irreps import get_group
+from pyg_lie.testing import assert_equivariant
+from pyg_lie.vit.field_type import FieldType, restriction_matrix
 from pyg_lie.vit.patch_embed import rot_flip_image
-from pyg_lie.vit.restrict import restriction_matrix
 
 
 def _perturbed(*args, **kw):
@@ -45,12 +45,15 @@ def test_square_restrict_identical_outputs(H):
     with torch.no_grad():
         for p in mh.parameters():
             p.add_(0.1 * torch.randn_like(p))
-    y = mh(x)
+    mh = mh.double()
     Hg = mh.group
-    for h in range(Hg.order):
-        assert (mh(rot_flip_image(x, Hg, h)) - y).abs().max() < 1e-5
+    # H's elements as matrices act on images through their index (one model of the group)
+    rotate = lambda g, img: rot_flip_image(img, Hg, int(Hg.index_of(g)))  # noqa: E731
+    assert_equivariant(mh, (x,), elements=Hg.elements(torch.float64), actions_in=rotate,
+                       perturb=lambda inp: (inp[0].roll(1, -1),))
     if H in ("C4", "C2"):  # a reflection is no longer a symmetry
-        assert (mh(x.flip(-2)) - y).abs().max() > 1e-4
+        y = mh(x.double())
+        assert (mh(x.double().flip(-2)) - y).abs().max() > 1e-4
 
 
 @pytest.mark.parametrize("H", ["D3", "C6", "C1"])
@@ -68,3 +71,18 @@ def test_restrict_irrepwise_and_bad_subgroup():
     assert (m.restrict("C2")(x) - m(x)).abs().max() < 1e-5
     with pytest.raises(ValueError, match="subgroup"):
         m.restrict("D2")
+
+
+def test_restrict_leaves_the_model_alone_and_the_old_function_warns():
+    from pyg_lie.vit.restrict import restrict_model
+
+    m = _perturbed("D4", "square", img_size=8, patch_size=4, num_classes=2, depth=1, heads=3, channels=3)
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    x = torch.randn(2, 3, 8, 8)
+    mh = m.restrict("C4")
+    assert m.group.name == "D4" and all(torch.equal(v, m.state_dict()[k]) for k, v in before.items())
+    with pytest.warns(DeprecationWarning, match="model.restrict"):
+        old = restrict_model(m, "C4")
+    torch.testing.assert_close(old(x), mh(x))
+    with pytest.raises(ValueError, match="cyclic or dihedral"):
+        m.restrict("Octahedral")

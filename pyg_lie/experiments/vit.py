@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..cli.types import device_name, nonnegative_float, nonnegative_int, positive_float, positive_int
+from ..groups.finite import o2_group
 
 __all__ = ["add_arguments", "main", "load_dataset", "rotate_images", "matched_channels"]
 
@@ -253,8 +254,7 @@ def _evaluate(model, x, y, bs: int, dev) -> float:
 
 
 def _is_proper_subgroup(name: str, G) -> bool:
-    from ..vit.irreps import get_group
-    H = get_group(name)
+    H = o2_group(name)
     return H != G and G.n % H.n == 0 and (G.dihedral or not H.dihedral)
 
 

@@ -2,10 +2,12 @@
 
 Groups: ``Tn(n)`` (translations of ``R^n``), ``SO2``, ``SE2``, ``SO3``, ``SE3``, ``Aff2``,
 ``Aff3``; finite subgroups ``Cn(k)`` and ``Dn(k)`` of O(2) and ``Tetrahedral()``,
-``Octahedral()``, ``Icosahedral()`` of SO(3). ``get_group("SE2")`` returns a group by name
-(the names are the keys of ``GROUPS``). Elements are ``(..., m, m)`` matrices, algebra
-elements ``(..., dim)`` coordinates in a Frobenius-orthonormal basis; every map is batched,
-works in float32 and float64 on any device and is differentiable.
+``Octahedral()``, ``Icosahedral()`` of SO(3) (``finite_group("D4")`` by name; the irreps of
+``Cn`` and ``Dn`` in closed form, G-sets and intertwiners in :mod:`pyg_lie.groups.finite_reps`).
+``get_group("SE2")`` returns a Lie group by name (the names are the keys of ``GROUPS``).
+Elements are ``(..., m, m)`` matrices, algebra elements ``(..., dim)`` coordinates in a
+Frobenius-orthonormal basis; every map is batched, works in float32 and float64 on any device
+and is differentiable.
 """
 from __future__ import annotations
 
@@ -39,8 +41,10 @@ try:
 except ImportError:  # pragma: no cover
     pass
 try:
-    from .finite import Cn, Dn, Tetrahedral, Octahedral, Icosahedral  # noqa: F401
-    __all__ += ["Cn", "Dn", "Tetrahedral", "Octahedral", "Icosahedral"]
+    from .finite import (Cn, Dn, FiniteGroup, FiniteO2Group, Icosahedral, Octahedral,  # noqa: F401
+                         Tetrahedral, finite_group)
+    __all__ += ["FiniteGroup", "FiniteO2Group", "Cn", "Dn", "Tetrahedral", "Octahedral", "Icosahedral",
+                "finite_group"]
 except ImportError:  # pragma: no cover
     pass
 

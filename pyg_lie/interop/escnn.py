@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from ..vit.field_type import FieldType
-from ..vit.irreps import FiniteO2Group, Irrep, get_group
+from ..groups.finite import FiniteO2Group, Irrep, o2_group
 
 __all__ = ["escnn_group", "escnn_gspace", "escnn_irrep_id", "escnn_element", "to_escnn_type", "from_escnn_type",
            "spatial_change_of_basis", "check_gspace", "to_geometric_tensor", "from_geometric_tensor"]
@@ -40,7 +40,7 @@ def _check(G: FiniteO2Group) -> None:
 
 
 def _group(G: Union[str, FiniteO2Group]) -> FiniteO2Group:
-    return get_group(G) if isinstance(G, str) else G
+    return o2_group(G)
 
 
 def escnn_group(G: Union[str, FiniteO2Group]):
@@ -66,7 +66,7 @@ def escnn_irrep_id(rho: Irrep):
 
 def escnn_element(eG, G: FiniteO2Group, g: int):
     """The escnn element of ``eG`` (``escnn_group(G)``) equal to our element index ``g``."""
-    f, k = G.elements[g]
+    f, k = G.pairs[g]
     return eG.element((f, k)) if G.dihedral else eG.element(k)
 
 
@@ -118,7 +118,7 @@ def _infer_group(ftype) -> FiniteO2Group:
     if name not in ("CyclicGroup", "DihedralGroup"):
         raise ValueError(f"field type: its group {eG} is not a finite cyclic or dihedral group")
     dihedral = name == "DihedralGroup"
-    return get_group(("D" if dihedral else "C") + str(eG.order() // (2 if dihedral else 1)))
+    return o2_group(("D" if dihedral else "C") + str(eG.order() // (2 if dihedral else 1)))
 
 
 def from_escnn_type(ftype, group: Optional[Union[str, FiniteO2Group]] = None):
@@ -151,7 +151,7 @@ def _frame_element(V: FieldType) -> Optional[int]:
     if G.n % 4:
         raise ValueError(f"group: spatial conversion for {G.name} needs n divisible by 4 (escnn's frame is "
                          "rotated by 90 degrees); use a cyclic group or D4")
-    return G.index(0, G.n // 4)
+    return G.pair_index(0, G.n // 4)
 
 
 def spatial_change_of_basis(ftype, group: Optional[Union[str, FiniteO2Group]] = None):

@@ -18,16 +18,19 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Optional, Union
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 from .. import _checks as checks
+from ..groups.finite import FiniteO2Group, o2_group
+from ..groups.finite_reps import GSet
+from ..interop.escnn import check_gspace, escnn_gspace, spatial_change_of_basis, to_escnn_type
 from ..nn._sparse_ops import CSRStructure
 from ..vit.attention import EquivariantSelfAttention, complete_graph, radius_patch_graph
-from ..vit.field_type import FieldType
-from ..vit.irreps import FiniteO2Group, GSet, get_group
+from ..vit.field_type import FieldType, restriction_matrix
 from ..vit.linear import EquivariantLinear, EquivariantRMSNorm
-from ..vit.nonlinearity import FourierNonlinearity, gset_family, gset_from_spec
+from ..vit.nonlinearity import FourierNonlinearity, gset_family, gset_from_spec, synthesis_matrix
 from ..vit.patch_embed import EquivariantPatchEmbed, make_grid
 from ..vit.positional import InvariantPositionalEncoding
 
@@ -118,7 +121,7 @@ class EquivariantViT(nn.Module):
                  irrep_heads: Optional[Mapping[str, int]] = None, field_type: Optional[FieldType] = None,
                  activation: Optional[Callable] = None, in_type=None, _head_ids=None, _invariant_groups=None):
         super().__init__()
-        G = get_group(group) if isinstance(group, str) else group
+        G = o2_group(group)
         if grid not in ("square", "hex", "hexagonal"):
             raise ValueError(f"grid: must be 'square' or 'hex', got {grid!r}")
         allowed = SQUARE_GROUPS if grid == "square" else HEX_GROUPS
@@ -132,7 +135,6 @@ class EquivariantViT(nn.Module):
         self.in_type = in_type
         pixel_type = None
         if in_type is not None:
-            from ..interop.escnn import check_gspace, spatial_change_of_basis
             if grid != "square":
                 raise ValueError("in_type: escnn fields live on square pixel arrays; use grid='square'")
             if G.name not in ("C1", "C2", "C4", "D4"):
@@ -315,7 +317,6 @@ class EquivariantViT(nn.Module):
         copies of escnn's ``regular_repr`` when the token type is regular (the default), else
         one irrep field per channel; on the gspace of ``in_type`` (or of ``group``)."""
         if self._out_type is None:
-            from ..interop.escnn import escnn_gspace, spatial_change_of_basis, to_escnn_type
             V = self.field_type
             gs = self.in_type.gspace if self.in_type is not None else escnn_gspace(self.group)
             regular = V == FieldType.regular(self.group, V.mult[self.group.irreps[0].name])
@@ -338,19 +339,101 @@ class EquivariantViT(nn.Module):
         return self.head(self.head_dropout(self.invariants(cls)))
 
     # ----------------------------------------------------------- restriction
-    def restrict(self, subgroup: Union[str, FiniteO2Group]) -> "EquivariantViT":
+    @torch.no_grad()
+    def restrict(self, subgroup: Union[str, FiniteO2Group], tol: float = 1e-5) -> "EquivariantViT":
         """Theorem 2: an ``H``-equivariant ViT (``H <= G``) computing the same function.
 
-        Token features are mapped by an ``H``-equivariant isometry ``Res: V -> W``; all
-        weights are transported (``W' = Res W Res^T`` etc.) and re-expressed in the
-        ``H``-Schur parametrisation, so the new model is an ordinary ``H``-model that can
-        be trained further with the smaller symmetry.
+        Token features are mapped by the ``H``-equivariant isometry ``Res: V -> W`` of
+        :func:`~pyg_lie.vit.field_type.restriction_matrix`; every weight is transported
+        (``A -> Res' A Res^T``, biases ``b -> Res' b``, the MLP's hidden spaces by
+        ``FT_H o FT_G^{-1}`` on the same G-set viewed as an ``H``-set) and re-expressed in
+        the ``H``-Schur parametrisation, so the new model is an ordinary ``H``-model that can
+        be trained further with the smaller symmetry. The model itself is left unchanged.
+
+        Raises:
+            ValueError: ``subgroup`` is not a subgroup of ``group`` under the standard
+                embedding (``n_H | n_G``, and cyclic if ``G`` is), or the model reads escnn
+                fields (``in_type``).
+            RuntimeError: a transported weight is not ``H``-equivariant within ``tol``
+                (relative Schur projection residual; a bug, not a user error).
         """
         if self.in_type is not None:
             raise ValueError("restrict: a model reading escnn fields (in_type) cannot be restricted; restrict the "
                              "escnn stem and build an EquivariantViT of the subgroup with its out_type")
-        from ..vit.restrict import restrict_model
-        return restrict_model(self, subgroup)
+        G = self.group
+        H = o2_group(subgroup)
+        if G.n % H.n != 0 or (H.dihedral and not G.dihedral):
+            raise ValueError(f"subgroup: {H.name} is not a subgroup of {G.name} (need n | {G.n}"
+                             f"{'' if G.dihedral else ' and a cyclic subgroup'})")
+        emb = G.subgroup_embedding(H)
+        V = self.field_type
+        W, Rn, source = restriction_matrix(V, H, emb)
+        # attention heads and the invariantization follow the G channels
+        head_ids = None
+        if len(self.blocks):
+            first = self.blocks[0].attn
+            head_ids = [[first.head_ids[i][c] for (i, c) in source[s.name]] for s in H.irreps]
+        values, groups = self._invariant_groups
+        support = [set(np.nonzero(np.abs(Rn[:, j]) > 1e-9)[0].tolist()) for j in range(V.dim)]
+        new_values = []
+        for f in values:
+            (row,) = support[f]  # a trivial feature of G restricts to one trivial feature of H
+            new_values.append(row)
+        new_groups = [sorted(set().union(*[support[f] for f in g])) for g in groups]
+        cfg = dict(self.config)
+        cfg.update(group=H, mlp_gset=self.gset.restrict(H, emb), field_type=W, _head_ids=head_ids,
+                   _invariant_groups=(new_values, new_groups))
+        ref = next(self.parameters())
+        new = EquivariantViT(**cfg).to(device=ref.device, dtype=ref.dtype)
+        R = torch.as_tensor(Rn, dtype=torch.float64, device=ref.device)
+        resid = []
+
+        def load(lin, M, b, Rout, Rin):
+            resid.append(lin.load_dense(Rout @ M.double() @ Rin.T, None if b is None else Rout @ b.double()))
+
+        # patch embedding: dense filters F -> R F, re-expanded in the H orbit basis of C(U)
+        pe, pe_new = self.patch_embed, new.patch_embed
+        b = pe.linear.dense_bias()
+        resid.append(pe_new.linear.load_dense(R @ pe.filters().double() @ pe_new.basis.double().T,
+                                              None if b is None else R @ b.double()))
+        resid.append(new.pos.load_encoding(self.pos.encoding().double() @ R.T))
+        cls = torch.zeros(V.dim, dtype=torch.float64, device=ref.device)
+        cls[: self.cls_token.numel()] = self.cls_token.double()
+        cls_W = R @ cls
+        Ct = new.cls_token.numel()
+        new.cls_token.copy_(cls_W[:Ct])
+        resid.append(float(cls_W[Ct:].norm()))
+
+        # norms: per-channel scales follow their G channel, biases live on trivial channels
+        ch_offset = np.cumsum([0] + [C for _, C, _ in V.blocks])
+        ch_src = torch.as_tensor([int(ch_offset[i] + c) for s in H.irreps for (i, c) in source[s.name]],
+                                 device=ref.device)
+        trivial_src = source[H.irreps[0].name]
+
+        def load_norm(nrm, nrm_new):
+            if nrm.weight is not None:
+                nrm_new.weight.copy_(nrm.weight[ch_src])
+            if nrm.bias is not None:
+                nrm_new.bias.zero_()
+                for j, (i, c) in enumerate(trivial_src):
+                    if i == 0:
+                        nrm_new.bias[j] = nrm.bias[c]
+
+        for blk, nb in zip(self.blocks, new.blocks):
+            load_norm(blk.norm1, nb.norm1)
+            load_norm(blk.norm2, nb.norm2)
+            for name in ("q", "k", "v", "o"):
+                lin = getattr(blk.attn, name)
+                load(getattr(nb.attn, name), lin.dense_weight(), lin.dense_bias(), R, R)
+            J = synthesis_matrix(nb.act).T @ synthesis_matrix(blk.act)  # FT_H o FT_G^-1: V'_G -> V'_H
+            load(nb.mlp_in, blk.mlp_in.dense_weight(), blk.mlp_in.dense_bias(), J, R)
+            load(nb.mlp_out, blk.mlp_out.dense_weight(), blk.mlp_out.dense_bias(), R, J)
+        load_norm(self.norm, new.norm)
+        new.head.load_state_dict(self.head.state_dict())
+        worst = max(resid) if resid else 0.0
+        if worst > tol:
+            raise RuntimeError(f"restriction to {H.name} failed: Schur projection residual {worst:.2e}")
+        return new.train(self.training)
 
     def count_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)

@@ -22,7 +22,6 @@ Layout: lifted node ``i * K + a`` is lift ``a`` of point ``i``.
 """
 from __future__ import annotations
 
-import math
 from typing import NamedTuple, Optional, Union
 
 import torch
@@ -31,8 +30,8 @@ from torch import Tensor
 from .. import _checks as checks
 from .._checks import positive_int
 from ..groups import LieGroup, get_group
-from ..groups.base import _is_compiling, rot2
-from ..groups.finite import FiniteGroup
+from ..groups.base import _is_compiling
+from ..groups.finite import Cn, FiniteGroup, finite_group
 
 __all__ = ["Lift", "LiftedPoints", "finite_subgroup", "check_point_cloud"]
 
@@ -105,23 +104,15 @@ def finite_subgroup(group: LieGroup, k: int, dtype: torch.dtype = torch.float64,
             f"finite-subgroup lift is not defined; use lift='haar' with lift_samples=1 "
             f"(the model is then exactly {group.name}-invariant)")
     k = positive_int("the number of finite-subgroup lifts", k)
-    try:
-        from ..groups.finite import Cn
-        cyclic = Cn(k).elements(dtype=torch.float64)
-    except ImportError:  # pragma: no cover - before pyg_lie.groups.finite existed
-        cyclic = rot2(2 * math.pi * torch.arange(k, dtype=torch.float64) / k)
+    cyclic = Cn(k).elements(dtype=torch.float64)
     if group.stabilizer_dim == 1:
         return cyclic.to(dtype=dtype, device=device)
     if group.stabilizer_dim == 3:
         named = {12: "Tetrahedral", 24: "Octahedral", 60: "Icosahedral"}
         if k in named:
-            try:
-                from ..groups import finite
-                # built in float64: a float32 cast would be a group only to ~1e-8,
-                # outside the float64 log-cut tolerance
-                return getattr(finite, named[k])().elements(dtype=dtype, device=device)
-            except (ImportError, AttributeError) as err:  # pragma: no cover - while finite.py lands
-                raise ValueError(f"pyg_lie.groups.finite.{named[k]} is not available ({err})") from err
+            # built in float64: a float32 cast would be a group only to ~1e-8,
+            # outside the float64 log-cut tolerance
+            return finite_group(named[k]).elements(dtype=dtype, device=device)
         out = torch.zeros(k, 3, 3, dtype=torch.float64)
         out[:, :2, :2] = cyclic
         out[:, 2, 2] = 1.0

@@ -8,22 +8,23 @@ block is laid out row-major as ``(C_rho, d_rho)`` (the paper's Section 4 storage
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence, Union
+from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from .irreps import FiniteO2Group, Irrep, get_group
+from ..groups.finite import FiniteO2Group, Irrep, o2_group
+from ..groups.finite_reps import irrep_restriction
 
-__all__ = ["FieldType"]
+__all__ = ["FieldType", "restriction_matrix"]
 
 
 class FieldType:
     """Irreps with multiplicities.
 
     Args:
-        group: a :class:`FiniteO2Group` or its name (``"D4"``).
+        group: a :class:`~pyg_lie.groups.Cn` / :class:`~pyg_lie.groups.Dn` or its name (``"D4"``).
         multiplicities: ``{irrep name: C_rho}``; missing irreps have multiplicity 0.
 
     Example:
@@ -33,7 +34,7 @@ class FieldType:
     """
 
     def __init__(self, group: Union[str, FiniteO2Group], multiplicities: Mapping[str, int]):
-        self.group = get_group(group) if isinstance(group, str) else group
+        self.group = o2_group(group)
         names = {r.name for r in self.group.irreps}
         for k, v in multiplicities.items():
             if k not in names:
@@ -53,12 +54,12 @@ class FieldType:
     @classmethod
     def regular(cls, group: Union[str, FiniteO2Group], copies: int = 1) -> "FieldType":
         """``copies`` copies of the regular representation (``C_rho = copies d_rho / dim End``)."""
-        g = get_group(group) if isinstance(group, str) else group
+        g = o2_group(group)
         return cls(g, g.regular_multiplicities(copies))
 
     @classmethod
     def trivial(cls, group: Union[str, FiniteO2Group], channels: int) -> "FieldType":
-        g = get_group(group) if isinstance(group, str) else group
+        g = o2_group(group)
         return cls(g, {g.irreps[0].name: channels})
 
     # --------------------------------------------------------------- utilities
@@ -103,7 +104,7 @@ class FieldType:
     def representation(self, g: int) -> np.ndarray:
         """``(dim, dim)`` block-diagonal matrix ``(+)_rho I_{C_rho} (x) rho(g)`` (float64)."""
         out = np.zeros((self.dim, self.dim))
-        f, k = self.group.elements[g]
+        f, k = self.group.pairs[g]
         for r, C, s in self.blocks:
             out[s, s] = np.kron(np.eye(C), r.matrix(f, k))
         return out
@@ -113,7 +114,37 @@ class FieldType:
         M = torch.as_tensor(self.representation(g), dtype=x.dtype, device=x.device)
         return x @ M.T
 
-    def restrict(self, H: FiniteO2Group, embedding: Sequence[int]) -> "FieldType":
-        """Multiplicities of ``V`` as an ``H``-representation (see :mod:`.restrict`)."""
-        from .restrict import restriction_matrix
+    def restrict(self, H: Union[str, FiniteO2Group], embedding: Optional[Sequence[int]] = None) -> "FieldType":
+        """``V`` as an ``H``-representation (see :func:`restriction_matrix`)."""
         return restriction_matrix(self, H, embedding)[0]
+
+
+def restriction_matrix(V: FieldType, H: Union[str, FiniteO2Group], embedding: Optional[Sequence[int]] = None):
+    """The restriction ``Res^G_H`` of a field type to a subgroup (the paper's Theorem 2, Lemma 2).
+
+    Returns ``(W, R, source)``: ``W`` the ``H``-field type of ``V``, ``R`` the
+    ``(W.dim, V.dim)`` orthogonal float64 matrix with ``R rho_V(e(h)) = rho_W(h) R``, and
+    ``source[sigma]`` the ``(irrep index, channel)`` of ``V`` that each ``W``-channel of
+    ``sigma`` comes from. ``embedding`` (index in ``G`` of every element of ``H``) defaults to
+    :meth:`~pyg_lie.groups.finite.FiniteO2Group.subgroup_embedding`: ``r_H -> r^{n/m}``,
+    ``t_H -> t``.
+    """
+    G = V.group
+    H = o2_group(H)
+    if embedding is None:
+        embedding = G.subgroup_embedding(H)
+    res = irrep_restriction(G, H, embedding)
+    rows: dict[str, list] = {s.name: [] for s in H.irreps}  # per sigma: list of (src, M, slice)
+    for i, (rho, C, sl) in enumerate(V.blocks):
+        for c in range(C):
+            cols = slice(sl.start + c * rho.dim, sl.start + (c + 1) * rho.dim)
+            for sname, M in res[rho.name]:
+                rows[sname].append(((i, c), M, cols))
+    W = FieldType(H, {k: len(v) for k, v in rows.items()})
+    R = np.zeros((W.dim, V.dim))
+    source = {}
+    for sigma, C, sl in W.blocks:
+        source[sigma.name] = [src for src, _, _ in rows[sigma.name]]
+        for cp, (_, M, cols) in enumerate(rows[sigma.name]):
+            R[sl.start + cp * sigma.dim: sl.start + (cp + 1) * sigma.dim, cols] = M.T
+    return W, R, source

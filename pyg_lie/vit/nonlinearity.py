@@ -14,8 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..groups.finite import FiniteO2Group, o2_group
+from ..groups.finite_reps import GSet
 from .field_type import FieldType
-from .irreps import FiniteO2Group, GSet, get_group
 
 __all__ = ["FourierNonlinearity", "gset_family", "gset_from_spec", "GSET_FAMILIES"]
 
@@ -28,7 +29,7 @@ def gset_from_spec(group: Union[str, FiniteO2Group], spec: Mapping[str, int]) ->
     Keys are comma-separated generator words (``"e"``: the trivial subgroup,
     ``"G"``: the whole group, so ``G/G`` is one fixed point).
     """
-    G = get_group(group) if isinstance(group, str) else group
+    G = o2_group(group)
     sets = []
     for key, count in spec.items():
         if key.strip() in ("G", "all"):
@@ -49,7 +50,7 @@ def gset_family(group: Union[str, FiniteO2Group], family: str, copies: int) -> G
     * ``"quotients"``: ``n`` copies of ``G/<r> + G/<t> + G/<tr, r^2>`` (dihedral ``G``
       with even ``n``; ``G/<r> + G/<t>`` for odd ``n``): every irrep appears.
     """
-    G = get_group(group) if isinstance(group, str) else group
+    G = o2_group(group)
     if copies < 1:
         raise ValueError(f"mlp copies must be >= 1, got {copies}")
     if family == "regular":

@@ -36,8 +36,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..groups.finite import FiniteO2Group, o2_group
+from ..groups.finite_reps import GSet, intertwiners
 from .field_type import FieldType
-from .irreps import FiniteO2Group, GSet, get_group, intertwiners
 from .linear import EquivariantLinear
 
 __all__ = ["SquareGrid", "HexGrid", "make_grid", "EquivariantPatchEmbed", "rot_flip_image"]
@@ -47,10 +48,10 @@ def rot_flip_image(images: Tensor, group: Union[str, FiniteO2Group], g: int) -> 
     """Act with ``g = r^k t^f`` of a subgroup of ``D4`` on square images ``(..., S, S)``:
     ``t`` flips the y-axis (the rows), then ``k`` turns by ``360/n`` degrees counter-clockwise
     (``torch.rot90``). Equal to :meth:`SquareGrid.transform_pixels` on flat pixels."""
-    G = get_group(group) if isinstance(group, str) else group
+    G = o2_group(group)
     if 4 % G.n:
         raise ValueError(f"group: {G.name} does not act on square images")
-    f, k = G.elements[g]
+    f, k = G.pairs[g]
     x = images.flip(-2) if f else images
     return torch.rot90(x, k * 4 // G.n, dims=(-2, -1))
 
@@ -137,7 +138,7 @@ class SquareGrid(_Grid):
     kind = "square"
 
     def __init__(self, group: Union[str, FiniteO2Group], img_size: int, patch_size: int):
-        group = get_group(group) if isinstance(group, str) else group
+        group = o2_group(group)
         if 4 % group.n != 0:
             raise ValueError(f"group: {group.name} is not a subgroup of D4; on grid='square' use one of "
                              "C1, C2, C4, D1, D2, D4 (or grid='hex' for C3, C6, D3, D6)")
@@ -176,7 +177,7 @@ class HexGrid(_Grid):
     basis = np.array([[1.0, 0.5], [0.0, math.sqrt(3) / 2]])
 
     def __init__(self, group: Union[str, FiniteO2Group], img_size: int, patch_side: int, patches_side: int = 3):
-        group = get_group(group) if isinstance(group, str) else group
+        group = o2_group(group)
         if 6 % group.n != 0:
             raise ValueError(f"group: {group.name} is not a subgroup of D6; on grid='hex' use one of "
                              "C1, C2, C3, C6, D1, D2, D3, D6 (or grid='square' for C4, D4)")
@@ -242,15 +243,15 @@ def pixel_type_basis(grid: _Grid, pixel_type: FieldType) -> tuple[FieldType, np.
     if pixel_type.group != G:
         raise ValueError(f"pixel_type: its group {pixel_type.group.name} is not the grid's {G.name}")
     U = grid.patch_pixels
-    PU = GSet(G, grid.U_perms).perm_matrices(G.generators)
+    PU = GSet(G, grid.U_perms).perm_matrices(G.generator_indices)
     rows: dict[str, list] = {r.name: [] for r in G.irreps}
     for sigma, C, sl in pixel_type.blocks:
         if C == 0:
             continue
         d = sigma.dim
-        pi = np.stack([np.kron(sigma.matrix(*G.elements[g]), P) for g, P in zip(G.generators, PU)])
+        pi = np.stack([np.kron(sigma.matrix(*G.pairs[g]), P) for g, P in zip(G.generator_indices, PU)])
         for rho in G.irreps:
-            M = intertwiners(pi, rho, np.stack([rho.matrix(*G.elements[g]) for g in G.generators]))
+            M = intertwiners(pi, rho, np.stack([rho.matrix(*G.pairs[g]) for g in G.generator_indices]))
             for c in range(C):
                 lo = (sl.start + c * d) * U
                 for a in range(M.shape[0]):

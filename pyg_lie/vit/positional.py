@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from .field_type import FieldType
-from .irreps import invariant_subspace
+from ..groups.finite_reps import invariant_subspace
 
 __all__ = ["InvariantPositionalEncoding", "invariant_position_basis"]
 
@@ -33,11 +33,11 @@ def invariant_position_basis(patch_perms: np.ndarray, V: FieldType) -> dict[str,
         for orb in orbits:
             loc = {x: i for i, x in enumerate(orb)}
             mats = []
-            for g in G.generators:
+            for g in G.generator_indices:
                 P = np.zeros((len(orb), len(orb)))
                 for x in orb:
                     P[loc[int(patch_perms[g, x])], loc[x]] = 1.0
-                mats.append(np.kron(P, r.matrix(*G.elements[g])))
+                mats.append(np.kron(P, r.matrix(*G.pairs[g])))
             for v in invariant_subspace(np.stack(mats)):
                 full = np.zeros((Np, r.dim))
                 full[orb] = v.reshape(len(orb), r.dim)

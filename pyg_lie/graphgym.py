@@ -40,7 +40,6 @@ built from these keys) makes it from ``pos``; pass it as the dataset's ``transfo
 """
 from __future__ import annotations
 
-import inspect
 import threading
 import warnings
 
@@ -101,14 +100,6 @@ def _heads(opts, dim: int, name: str) -> int:
     return heads
 
 
-def _width_kwargs(cls, dim_out: int, heads: int) -> dict:
-    """``out_channels`` for ``dim_out`` outputs: per head where the layer concatenates heads
-    (it has a ``concat`` argument, as PyG's ``GATConv``), else the total."""
-    if "concat" in inspect.signature(cls.__init__).parameters:
-        return {"out_channels": dim_out // heads, "concat": True}
-    return {"out_channels": dim_out}
-
-
 def _batch_g(batch, name: str):
     g = getattr(batch, "g", None)
     if g is None:
@@ -127,7 +118,7 @@ class GraphGymLieSelfAttention(torch.nn.Module):
         heads = _heads(opts, layer_config.dim_out, "lie_self_attention")
         self.model = LieSelfAttention(layer_config.dim_in, group=opts.group, heads=heads,
                                       normalization=opts.normalization, bias=layer_config.has_bias,
-                                      **_width_kwargs(LieSelfAttention, layer_config.dim_out, heads),
+                                      out_channels=layer_config.dim_out,
                                       kernel_dim=int(opts.kernel_dim))
 
     def forward(self, batch):
@@ -166,7 +157,7 @@ class GraphGymLieAlgebraAttention(torch.nn.Module):
         heads = _heads(opts, layer_config.dim_out, "lie_algebra_attention")
         self.model = LieAlgebraAttention(layer_config.dim_in, group=opts.group, heads=heads, score=opts.score,
                                          chart=opts.chart, bias=layer_config.has_bias,
-                                         **_width_kwargs(LieAlgebraAttention, layer_config.dim_out, heads),
+                                         out_channels=layer_config.dim_out,
                                          kernel_dim=int(opts.kernel_dim))
 
     def forward(self, batch):

@@ -177,7 +177,7 @@ def test_score_parameter_counts_match_paper(name, closed, mlp):
 # ---------------------------------------------------------------- layer basics
 def test_layer_closed_form_score_by_hand_and_attention():
     G = SE2()
-    layer = LieAlgebraAttention(5, 3, G, heads=2).to(D)
+    layer = LieAlgebraAttention(5, 6, G, heads=2).to(D)  # out_channels: the output width, 3 per head
     with torch.no_grad():
         layer.lambda_raw.copy_(torch.tensor([[0.3, -1.0], [2.0, 0.5]]))
         layer.tau_raw.copy_(torch.tensor([0.1, -0.4]))
@@ -218,7 +218,7 @@ def test_layer_repr_reset_sequential_and_errors():
     layer.reset_parameters()
     assert not torch.equal(w1, layer.kernel_w1)
     seq = Sequential("h, edge_index, g", [
-        (LieAlgebraAttention(8, 4, G, heads=2), "h, edge_index, g -> h"),
+        (LieAlgebraAttention(8, 8, G, heads=2), "h, edge_index, g -> h"),
         (torch.nn.ReLU(), "h -> h"),
         (LieAlgebraAttention(8, 8, G, heads=1), "h, edge_index, g -> h"),
     ])
@@ -243,6 +243,48 @@ def test_layer_repr_reset_sequential_and_errors():
         complete_graph(torch.tensor([-1, 0, 0]))
     with pytest.raises(ValueError, match="batch must hold integer graph ids"):
         complete_graph(torch.tensor([0.0, 0.0, 1.0]))
+
+
+def test_out_channels_is_the_output_width():
+    G = SE2()
+    g = G.random(5, dtype=D)
+    ei = complete_graph(torch.zeros(5, dtype=torch.long))
+    h = torch.randn(5, 4, dtype=D)
+    torch.manual_seed(0)
+    cat = LieAlgebraAttention(4, 6, G, heads=3).to(D)
+    assert cat.head_dim == 2 and cat(h, ei, g).shape == (5, 6)
+    torch.manual_seed(0)
+    avg = LieAlgebraAttention(4, 6, G, heads=3, concat=False).to(D)
+    assert avg.head_dim == 6 and repr(avg).endswith("concat=False)")
+    out, (_, alpha) = avg(h, ei, g, return_attention_weights=True)
+    assert out.shape == (5, 6)
+    # concat=False: the mean of the heads, each of width out_channels
+    w = G.relative_log(g, ei)
+    v = avg.lin_value(torch.cat([h[ei[0]], w], -1)).view(-1, 3, 6) * alpha[..., None]
+    ref = torch.zeros(5, 3, 6, dtype=D).index_add_(0, ei[1], v).mean(1)
+    assert torch.allclose(out, ref, atol=1e-12)
+    with pytest.raises(ValueError, match=r"out_channels \(6\) must be divisible by heads \(4\)"):
+        LieAlgebraAttention(4, 6, G, heads=4)
+    assert LieAlgebraAttention(4, 6, G, heads=4, concat=False)(h.float(), ei, g.float()).shape == (5, 6)
+    with pytest.raises(ValueError, match="concat"):
+        LieAlgebraAttention(4, 6, G, heads=3, concat="yes")
+
+
+def test_vector_token_attention_out_channels_and_checks():
+    from pyg_lie.nn import VectorTokenAttention
+
+    layer = VectorTokenAttention(4, 6, heads=3)
+    ei = complete_graph(torch.zeros(5, dtype=torch.long))
+    out, (ei_out, alpha) = layer(torch.randn(5, 4), ei, return_attention_weights=True)
+    assert out.shape == (5, 6) and alpha.shape == (25, 3) and ei_out is ei
+    with pytest.raises(ValueError, match="divisible by heads"):
+        VectorTokenAttention(4, 6, heads=4)
+    with pytest.raises(ValueError, match="x must have shape"):
+        layer(torch.randn(5, 3), ei)
+    with pytest.raises(ValueError, match="float64 but the model's parameters are torch.float32"):
+        layer(torch.randn(5, 4, dtype=D), ei)
+    with pytest.raises(ValueError, match="edge_index holds node index 7"):
+        layer(torch.randn(5, 4), torch.tensor([[0, 7], [1, 2]]))
 
 
 def test_isolated_node_gets_zero_not_nan():

@@ -356,7 +356,7 @@ class LieAlgebraTransformer(_TokenTransformer):
         self.irreps_in = None if irreps_in is None else irreps
         self.score = score
         for _ in range(num_layers):
-            self.attn.append(LieAlgebraAttention(hidden_channels, hidden_channels // heads, self.group,
+            self.attn.append(LieAlgebraAttention(hidden_channels, hidden_channels, self.group,
                                                  heads=heads, score=score, kernel_dim=kernel_dim,
                                                  dropout=dropout, chart=chart))
         self.reset_parameters()
@@ -401,7 +401,7 @@ class VectorTokenTransformer(_TokenTransformer):
         m = self.group.matrix_size
         self.lin_g = nn.Linear(m * m, hidden_channels)
         for _ in range(num_layers):
-            self.attn.append(VectorTokenAttention(hidden_channels, hidden_channels // heads, heads, dropout))
+            self.attn.append(VectorTokenAttention(hidden_channels, hidden_channels, heads, dropout))
         self.reset_parameters()
 
     def _initial(self, g: Tensor) -> Tensor:

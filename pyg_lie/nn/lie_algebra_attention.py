@@ -128,12 +128,16 @@ class LieAlgebraAttention(MessagePassing):
         \alpha_{ij}^h = \operatorname{softmax}_{j \in N(i)} s^h(w_{ij}),\qquad
         \mathbf{out}_i^h = \sum_{j} \alpha_{ij}^h\, W_V^h [h_j ; w_{ij}]
 
+    ``out_channels`` is always the output width, as in every layer of the library.
+
     Args:
         in_channels: size of ``h``.
-        out_channels: size of each head's output.
+        out_channels: output width ``C_out``. With ``concat=True`` the heads split it
+            (each head has width ``C_out / H``, so ``heads`` must divide it); with
+            ``concat=False`` every head has width ``C_out`` and the output is their mean.
         group: a :class:`~pyg_lie.groups.LieGroup` or its name (``"SE2"``, ...).
         heads: number of heads ``H``.
-        concat: concatenate heads (output ``H * out_channels``) or average them.
+        concat: concatenate the heads or average them (see ``out_channels``).
         score: ``"closed_form"`` (model G) or ``"mlp"`` (model C).
         kernel_dim: hidden width of the ``mlp`` score (paper: 32).
         dropout: dropout on the attention weights.
@@ -144,8 +148,8 @@ class LieAlgebraAttention(MessagePassing):
         - input: ``x (N, in_channels)`` (the invariant states ``h``), ``edge_index (2, E)``, ``g (N, m, m)``,
           optionally ``w (E, dim)`` precomputed by :func:`relative_log` (shared by
           all layers of a model) and ``valid (E,)``.
-        - output: ``(N, H * out_channels)`` (``(N, out_channels)`` if not concat),
-          and with ``return_attention_weights=True`` also ``(edge_index, alpha (E, H))``.
+        - output: ``(N, out_channels)``, and with ``return_attention_weights=True`` also
+          ``(edge_index, alpha (E, H))``.
     """
 
     def __init__(self, in_channels: int, out_channels: int, group: Union[str, LieGroup],
@@ -160,12 +164,20 @@ class LieAlgebraAttention(MessagePassing):
         if score not in SCORES:
             raise ValueError(f"score must be one of {SCORES}, got {score!r} "
                              "(the vector-token baseline is pyg_lie.models.VectorTokenTransformer)")
+        if not isinstance(concat, bool):
+            raise ValueError(f"concat must be True or False, got {concat!r}")
+        if concat and out_channels % heads:
+            raise ValueError(f"out_channels ({out_channels}) must be divisible by heads ({heads}): with "
+                             f"concat=True the heads split the output width; choose out_channels = heads * "
+                             f"head width, or concat=False (every head of width out_channels, averaged)")
         if chart not in CHART_MODES:
             raise ValueError(f"chart must be one of {CHART_MODES}, got {chart!r}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.group = get_group(group)
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
+        #: width of each head's output
+        self.head_dim = out_channels // heads if concat else out_channels
         self.concat, self.score, self.kernel_dim = concat, score, kernel_dim
         self.dropout, self.chart = dropout, chart
         dim = self.group.dim
@@ -187,7 +199,7 @@ class LieAlgebraAttention(MessagePassing):
             self.kernel_b1 = Parameter(torch.empty(heads, k))
             self.kernel_w2 = Parameter(torch.empty(heads, k))
             self.kernel_b2 = Parameter(torch.empty(heads))
-        self.lin_value = Linear(in_channels + dim, heads * out_channels, bias=bias,
+        self.lin_value = Linear(in_channels + dim, heads * self.head_dim, bias=bias,
                                 weight_initializer="glorot")
         self.reset_parameters()
 
@@ -268,14 +280,14 @@ class LieAlgebraAttention(MessagePassing):
         W = self.lin_value.weight
         hv = F.linear(x, W[:, :self.in_channels], self.lin_value.bias)
         out = self.propagate(edge_index, hv=hv, w=w, alpha=alpha_drop)  # (N, H, C)
-        out = out.reshape(-1, self.heads * self.out_channels) if self.concat else out.mean(1)
+        out = out.reshape(-1, self.out_channels) if self.concat else out.mean(1)
         if return_attention_weights:
             return out, (given, alpha)
         return out
 
     def message(self, hv_j: Tensor, w: Tensor, alpha: Tensor) -> Tensor:
         v = hv_j + F.linear(w, self.lin_value.weight[:, self.in_channels:])
-        return v.view(-1, self.heads, self.out_channels) * alpha.unsqueeze(-1)
+        return v.view(-1, self.heads, self.head_dim) * alpha.unsqueeze(-1)
 
     def explain_message(self, inputs: Tensor, dim_size: Optional[int]) -> Tensor:
         # the explainer's edge mask already acted on the scores (see pyg_lie.nn._explain)
@@ -283,4 +295,5 @@ class LieAlgebraAttention(MessagePassing):
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
-                f"heads={self.heads}, group={self.group.name}, score={self.score})")
+                f"heads={self.heads}, group={self.group.name}, score={self.score}"
+                f"{'' if self.concat else ', concat=False'})")

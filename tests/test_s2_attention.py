@@ -200,43 +200,78 @@ def test_gradcheck_float64():
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-def test_fused_kernel_shared_blocks_match_composite(mode, monkeypatch):
-    """The fused path (forward and hand-written backward), with shared-source blocks and chunking forced on."""
-    from pyg_lie.nn import _s2_kernels
-    from pyg_lie.nn._s2_kernels import NeighborhoodPlan, planned_attention
+def test_engine_matches_message_passing_float64(mode):
+    """The CSR engine (bipartite graphs padded to one square structure, neighbourhoods in the
+    grid's ring/offset order) against PyG message passing: values, attention weights in
+    edge order, first and second derivatives, in float64, with unequal key and value widths."""
+    from pyg_lie.nn._s2_kernels import BipartiteCSR, neighborhood_attention
 
-    monkeypatch.setattr(_s2_kernels, "_CHUNK_ELEMS", 1000)  # several chunks per block
     ins, outs = MODES[mode]
     g = grid_graph(ins, outs, "equiangular", "equiangular", 1.5 * math.pi / (outs[0] - 1))
-    ei = g["edge_index"]
-    rows = torch.arange(outs[0] * outs[1]) // outs[1]
-    plan = NeighborhoodPlan.from_edge_index(ei, ins[0] * ins[1], outs[0] * outs[1], keep_order=True,
-                                            dst_groups=rows, min_shared=4)
-    assert any(s > 0 for s, _ in plan.degrees) and any(s == 0 for s, _ in plan.degrees)
-    assert mode == "up" or any(s > 0 and k > 0 for s, k in plan.degrees)
-    lw = torch.log(g["quad_weights"])
-    q = torch.randn(outs[0] * outs[1], 3, 2, 4, dtype=torch.float64, requires_grad=True)
-    k = torch.randn(ins[0] * ins[1], 3, 2, 4, dtype=torch.float64, requires_grad=True)
-    v = torch.randn(ins[0] * ins[1], 3, 2, 5, dtype=torch.float64, requires_grad=True)
-    y1, _ = planned_attention(q, k, v, lw, plan, fused=True)
-    y2, _ = planned_attention(q, k, v, lw, plan, fused=False)
-    assert (y1 - y2).abs().max() < 1e-12
-    w = torch.randn_like(y1)
-    g1 = torch.autograd.grad((y1 * w).sum(), (q, k, v))
-    g2 = torch.autograd.grad((y2 * w).sum(), (q, k, v))
-    for a, b in zip(g1, g2):
-        assert (a - b).abs().max() < 1e-12
+    ei, n_in, n_out = g["edge_index"], ins[0] * ins[1], outs[0] * outs[1]
+    graph = g["graph"]
+    assert (graph.num_src, graph.num_dst, graph.num_edges) == (n_in, n_out, ei.shape[1])
+    conv = S2AttentionConv(4, 6, heads=2, k_channels=8, use_qknorm=True).double()
+    _perturb(conv)
+    xs = torch.randn(n_in, 3, 4, dtype=torch.float64, requires_grad=True)
+    xt = torch.randn(n_out, 3, 4, dtype=torch.float64, requires_grad=True)
+    w = g["quad_weights"]
+    res = []
+    for fused, plan in ((True, graph), (True, None), (False, None)):
+        conv.fused = fused
+        y, (_, alpha) = conv((xs, xt), ei, quad_weights=w, plan=plan, return_attention_weights=True)
+        (gx,) = torch.autograd.grad(y.pow(2).sum(), xs, create_graph=True)
+        gg = torch.autograd.grad(gx.pow(2).sum(), [xt] + list(conv.parameters()))
+        res.append([y, alpha, gx, *gg])
+    for other in res[1:]:
+        for a, b in zip(res[0], other):
+            torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
+    # the functional step alone, with a gradient for learnable log weights
+    q, k = torch.randn(n_out, 2, 3, 4, dtype=torch.float64), torch.randn(n_in, 2, 3, 4, dtype=torch.float64)
+    v = torch.randn(n_in, 2, 3, 4, dtype=torch.float64)
+    lw = torch.log(w).requires_grad_()
+    out, _ = neighborhood_attention(q, k, v, lw, BipartiteCSR.from_edge_index(ei, n_in, n_out))
+    ref = torch.zeros_like(out)
+    for i in range(n_out):
+        nb = ei[0, ei[1] == i]
+        a = torch.softmax(torch.einsum("xhd,nxhd->nxh", q[i], k[nb]) + lw[nb, None, None], 0)
+        ref[i] = torch.einsum("nxh,nxhd->xhd", a, v[nb])
+    assert (out - ref).abs().max() < 1e-12
+    (gl,) = torch.autograd.grad(out.sum() + out.pow(2).sum(), lw)
+    (gl_ref,) = torch.autograd.grad(ref.sum() + ref.pow(2).sum(), lw)
+    assert (gl - gl_ref).abs().max() < 1e-11
 
 
-def test_parity_32x64_polar_shared_blocks():
-    """At 32x64 the polar rows see whole rings and take the dense shared-source path."""
-    ref = _th(4, (32, 64), (32, 64), num_heads=2)
+def test_grid_layer_uses_the_one_attention_entry_point(monkeypatch):
+    """Both S^2 layers call the engine's entry point (attention_core.csr_softmax_attention, the
+    one LieSelfAttention uses); at the benchmark's head width (8) in float32 it is the fused
+    native kernel, and it agrees with torch-harmonics."""
+    from pyg_lie.nn import _s2_kernels
+
+    calls = []
+    real = _s2_kernels.csr_softmax_attention
+    monkeypatch.setattr(_s2_kernels, "csr_softmax_attention", lambda *a: calls.append(a[1].shape) or real(*a))
+    ref = _th(16, (16, 32), (16, 32), num_heads=2)
     _perturb(ref)
-    ours = S2NeighborhoodAttention(4, (32, 64), (32, 64), num_heads=2)
+    ours = S2NeighborhoodAttention(16, (16, 32), (16, 32), num_heads=2)
     ours.load_state_dict(ref.state_dict())
-    assert any(s > 0 for s, _ in grid_graph((32, 64), (32, 64), "equiangular", "equiangular",
-                                            ours.theta_cutoff)["plan"].degrees)
-    x = torch.randn(1, 4, 32, 64, requires_grad=True)
+    x = torch.randn(3, 16, 16, 32)
+    assert (ours(x) - ref(x)).abs().max() < 1e-5
+    assert calls == [(512, 3 * 2, 8)]  # (nodes, batch x heads, head width)
+    conv = S2AttentionConv(16, heads=2)
+    pos = torch.nn.functional.normalize(torch.randn(40, 3), dim=-1)
+    conv(torch.randn(40, 16), geodesic_neighbors(pos, pos, 0.8), quad_weights=torch.rand(40) + 0.5)
+    assert calls[-1] == (40, 2, 8)
+
+
+def test_parity_32x64_native_head_width():
+    """At 32x64 (polar rows with 256 neighbours) and head width 8 (the native fused kernel in
+    float32): values and gradients against torch-harmonics."""
+    ref = _th(16, (32, 64), (32, 64), num_heads=2)
+    _perturb(ref)
+    ours = S2NeighborhoodAttention(16, (32, 64), (32, 64), num_heads=2)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(1, 16, 32, 64, requires_grad=True)
     y_ref, y = ref(x), ours(x)
     assert (y - y_ref).abs().max() < 1e-5
     w = torch.randn_like(y)
@@ -248,14 +283,17 @@ def test_parity_32x64_polar_shared_blocks():
 
 # ----------------------------------------------------------------------------- equivariance
 @pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("optimized", [True, False])
-def test_longitude_shift_commutes_exactly(mode, optimized):
+@pytest.mark.parametrize("optimized, channels", [(True, 4), (True, 16), (False, 4)])
+def test_longitude_shift_commutes_exactly(mode, optimized, channels):
+    """Shifting by whole longitude steps commutes with the layer; on the engine bitwise (every
+    longitude sums its neighbours in the same order), for head width 2 (unfused steps) and 8
+    (the fused native kernel)."""
     ins, outs = MODES[mode]
-    m = S2NeighborhoodAttention(4, ins, outs, grid_in="legendre-gauss", grid_out="legendre-gauss", num_heads=2,
-                                use_qknorm=True, optimized_kernel=optimized)
+    m = S2NeighborhoodAttention(channels, ins, outs, grid_in="legendre-gauss", grid_out="legendre-gauss",
+                                num_heads=2, use_qknorm=True, optimized_kernel=optimized)
     _perturb(m)
-    q = torch.randn(2, 4, *outs)
-    kv = torch.randn(2, 4, *ins)
+    q = torch.randn(2, channels, *outs)
+    kv = torch.randn(2, channels, *ins)
     step_out = 3
     step_in = step_out * ins[1] // outs[1] if ins[1] >= outs[1] else step_out
     if ins[1] < outs[1]:
@@ -448,14 +486,9 @@ def test_torch_compile_fullgraph_no_graph_breaks():
     assert (compiled_grid(xg) - grid(xg)).abs().max() < 1e-6
 
 
-def test_compiled_grid_layer_runs_the_fused_operator(monkeypatch):
-    """Under torch.compile (AOT autograd, fullgraph) the grid layer calls the fused custom
-    operators, forward and backward, as in eager: same values and gradients in float64."""
-    from pyg_lie.nn import _s2_kernels
-    calls = []
-    for name in ("_planned_forward", "_planned_backward"):
-        fn = getattr(_s2_kernels, name)
-        monkeypatch.setattr(_s2_kernels, name, lambda *a, _fn=fn, _name=name: calls.append(_name) or _fn(*a))
+def test_compiled_grid_layer_matches_eager():
+    """Under torch.compile (AOT autograd, fullgraph) the grid layer gives the eager values and
+    gradients (float64)."""
     torch.manual_seed(0)
     grid = S2NeighborhoodAttention(4, (8, 16), (8, 16), num_heads=2).double()
     x0 = torch.randn(2, 4, 8, 16, dtype=torch.float64)
@@ -467,31 +500,51 @@ def test_compiled_grid_layer_runs_the_fused_operator(monkeypatch):
         y = f(x)
         y.pow(2).sum().backward()
         res.append([y.detach(), x.grad] + [p.grad.clone() for p in grid.parameters()])
-    assert calls.count("_planned_forward") == 2 and calls.count("_planned_backward") == 2
     for a, b in zip(*res):
         assert (a - b).abs().max() < 1e-12
 
 
-def test_fused_operator_opcheck_and_once_differentiable():
-    """Schema, fake implementation and autograd registration of the fused S^2 operator; a
-    second derivative through it raises a message naming the composite path."""
-    from pyg_lie.nn._s2_kernels import NeighborhoodPlan
-    g = grid_graph((6, 12), (6, 12), "equiangular", "equiangular", 0.6)
-    rows = torch.arange(72) // 12
-    plan = NeighborhoodPlan.from_edge_index(g["edge_index"], 72, 72, keep_order=True, dst_groups=rows,
-                                            min_shared=4)
-    tensors, sizes = plan.flat()
-    q, k, v = (torch.randn(72, 3, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
-    lw = torch.log(g["quad_weights"]).double()
-    torch.library.opcheck(torch.ops.pyg_lie.s2_planned_attention, (q, k, v, lw, tensors, sizes))
-    grid = S2NeighborhoodAttention(4, (6, 12), (6, 12), num_heads=2).double()
-    x = torch.randn(1, 4, 6, 12, dtype=torch.float64, requires_grad=True)
-    (gx,) = torch.autograd.grad(grid(x).pow(2).sum(), x, create_graph=True)
-    with pytest.raises(RuntimeError, match="optimized_kernel=False"):
-        gx.sum().backward()
-    composite = S2NeighborhoodAttention(4, (6, 12), (6, 12), num_heads=2, optimized_kernel=False).double()
-    (gx,) = torch.autograd.grad(composite(x).pow(2).sum(), x, create_graph=True)
-    gx.sum().backward()  # the composite path has second derivatives
+@pytest.mark.parametrize("channels", [4, 16])
+def test_grid_layer_second_derivatives(channels):
+    """The engine path is differentiable twice (its differentiable backward never re-enters
+    the kernel) and its second derivatives equal the message-passing path's (float64)."""
+    torch.manual_seed(1)
+    grid = S2NeighborhoodAttention(channels, (6, 12), (6, 12), num_heads=2, use_qknorm=True).double()
+    _perturb(grid)
+    x0 = torch.randn(2, channels, 6, 12, dtype=torch.float64)
+    res = []
+    for optimized in (True, False):
+        grid.optimized_kernel = optimized
+        x = x0.clone().requires_grad_()
+        (gx,) = torch.autograd.grad(grid(x).pow(2).sum(), x, create_graph=True)
+        res.append(torch.autograd.grad(gx.pow(2).sum(), [x] + list(grid.parameters())))
+    for a, b in zip(*res):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_plan_checks_and_edge_index_subclass():
+    from torch_geometric import EdgeIndex
+
+    conv = S2AttentionConv(8, heads=2).double()
+    g = torch.Generator().manual_seed(3)
+    pos_s = torch.nn.functional.normalize(torch.randn(30, 3, generator=g, dtype=torch.float64), dim=-1)
+    pos_t = torch.nn.functional.normalize(torch.randn(50, 3, generator=g, dtype=torch.float64), dim=-1)
+    ei = geodesic_neighbors(pos_s, pos_t, 0.7)
+    xs, xt = torch.randn(30, 8, dtype=torch.float64), torch.randn(50, 8, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        y = conv((xs, xt), ei)
+        assert torch.equal(conv((xs, xt), EdgeIndex(ei, sparse_size=(30, 50))), y)
+        assert torch.equal(conv((xs, xt), ei, plan=S2AttentionConv.build_plan(EdgeIndex(ei), 30, 50)), y)
+        with pytest.raises(ValueError, match="plan was built for 30 sources, 50 targets"):
+            conv((xt, xt), torch.zeros(2, ei.shape[1], dtype=torch.long), plan=conv.build_plan(ei, 30, 50))
+    # a source index beyond the sources (but inside the padded square structure) is refused
+    bad = ei.clone()
+    bad[0, 0] = 40
+    with pytest.raises(ValueError, match=r"edge_index\[0\] holds source index 40"):
+        conv((xs, xt), bad)
+    with pytest.raises(ValueError, match=r"edge_index\[1\] holds target index 50"):
+        S2AttentionConv.build_plan(torch.tensor([[0], [50]]), 30, 50)
 
 
 def test_negative_or_nan_quadrature_weights_are_refused():

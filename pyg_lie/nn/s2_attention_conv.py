@@ -35,7 +35,7 @@ from torch_geometric.nn import MessagePassing
 from .. import _checks as checks
 from ._explain import explain_mask, masked_edge_attention
 from .attention_core import edge_attention
-from ._s2_kernels import NeighborhoodPlan, planned_attention
+from ._s2_kernels import BipartiteCSR, neighborhood_attention
 
 __all__ = ["S2AttentionConv"]
 
@@ -58,6 +58,12 @@ class S2AttentionConv(MessagePassing):
         warn_isolated: warn (eagerly, outside ``torch.compile``) when some target
             has no neighbour. Such targets get zeros before the output projection
             (torch-harmonics returns NaN there).
+        fused: ``True`` (default) runs the attention on the library's CSR attention
+            engine (:func:`~pyg_lie.nn.attention_core.csr_softmax_attention`: fused
+            scores, softmax and aggregation, the log quadrature weights as location
+            scores); ``False`` runs PyG message passing (``propagate``, per-edge messages,
+            scatter softmax), the reference. Same numbers up to rounding. Under PyG's
+            explainer the layer always takes the message-passing path.
 
     Parameters (named and initialised like torch-harmonics, 2-D here):
         ``q_weights``, ``k_weights`` ``(C_k, C_in)``, ``v_weights`` ``(C_out, C_in)``,
@@ -90,6 +96,7 @@ class S2AttentionConv(MessagePassing):
         use_qknorm: bool = False,
         bias: bool = True,
         warn_isolated: bool = True,
+        fused: bool = True,
     ) -> None:
         super().__init__(aggr="sum", node_dim=0)
         if int(in_channels) <= 0:
@@ -109,6 +116,7 @@ class S2AttentionConv(MessagePassing):
         self.scale = scale if scale is not None else 1.0 / math.sqrt(self.k_channels // self.heads)
         self.use_qknorm = bool(use_qknorm)
         self.warn_isolated = bool(warn_isolated)
+        self.fused = bool(fused)
         sfx = self._weight_suffix
         self.q_weights = nn.Parameter(torch.empty(self.k_channels, self.in_channels, *sfx))
         self.k_weights = nn.Parameter(torch.empty(self.k_channels, self.in_channels, *sfx))
@@ -190,20 +198,16 @@ class S2AttentionConv(MessagePassing):
         return torch.log(w.clamp_min(torch.finfo(dtype).tiny))
 
     @staticmethod
-    def build_plan(edge_index: Tensor, num_src: int, num_dst: int) -> NeighborhoodPlan:
-        """Precompute the degree-grouped (fused CSR) layout of a fixed graph, for ``forward(plan=...)``.
+    def build_plan(edge_index: Tensor, num_src: int, num_dst: int) -> BipartiteCSR:
+        """Precompute the CSR structure of a fixed graph (target-sorted edges, row pointer and
+        the transposed pattern gradients need), for ``forward(plan=...)``: a graph used many
+        times is then sorted once.
 
         ``edge_index`` is any integer ``(2, E)`` tensor (PyG's ``EdgeIndex`` included) with
         sources in ``[0, num_src)`` and targets in ``[0, num_dst)``; ``ValueError`` otherwise."""
-        num_src = checks.nonnegative_int("num_src", num_src)
-        num_dst = checks.nonnegative_int("num_dst", num_dst)
-        checks.edge_index(edge_index)
-        ei = checks.plain_index("edge_index", edge_index)
-        checks.index_range("edge_index[0]", ei[0], num_src, "source")
-        checks.index_range("edge_index[1]", ei[1], num_dst, "target")
-        return NeighborhoodPlan.from_edge_index(ei, num_src, num_dst)
+        return BipartiteCSR.from_edge_index(edge_index, num_src, num_dst, transpose=True)
 
-    def _check_isolated(self, edge_index: Tensor, num_dst: int, plan: Optional[NeighborhoodPlan]) -> None:
+    def _check_isolated(self, edge_index: Tensor, num_dst: int, plan: Optional[BipartiteCSR]) -> None:
         if not self.warn_isolated or torch.compiler.is_compiling():
             return
         if plan is not None:
@@ -217,16 +221,25 @@ class S2AttentionConv(MessagePassing):
                           f"(increase theta_cutoff to avoid this)", RuntimeWarning, stacklevel=3)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, edge_index: Tensor, log_w: Optional[Tensor],
-               plan: Optional[NeighborhoodPlan] = None, need_weights: bool = False
+               plan: Optional[BipartiteCSR] = None, need_weights: bool = False
                ) -> Tuple[Tensor, Optional[Tensor]]:
         """Attention core on projected tensors (see :meth:`project_qkv`); returns ``(N_dst, *, H, Dv)``.
         Under PyG's explainer the edge mask acts before the softmax (:mod:`pyg_lie.nn._explain`),
         on the message-passing path."""
-        num_dst = q.shape[0]
-        self._check_isolated(edge_index, num_dst, plan)
+        num_dst, num_src = q.shape[0], k.shape[0]
         mask = explain_mask(self, edge_index.shape[1])
-        if plan is not None and mask is None:
-            return planned_attention(q, k, v, log_w, plan, need_weights=need_weights)
+        if self.fused and mask is None:
+            if plan is None:
+                plan = BipartiteCSR.from_edge_index(edge_index, num_src, num_dst)
+            elif not checks.tracing() and (plan.num_src, plan.num_dst, plan.num_edges) != \
+                    (num_src, num_dst, edge_index.shape[1]):
+                raise ValueError(f"plan was built for {plan.num_src} sources, {plan.num_dst} targets and "
+                                 f"{plan.num_edges} edges, but the input has {num_src}, {num_dst} and "
+                                 f"{edge_index.shape[1]}; pass plan=S2AttentionConv.build_plan(edge_index, "
+                                 f"num_src, num_dst) of these edges")
+            self._check_isolated(edge_index, num_dst, plan)
+            return neighborhood_attention(q, k, v, log_w, plan, need_weights=need_weights)
+        self._check_isolated(edge_index, num_dst, None)
         out = self.propagate(edge_index, q=q, k=k, v=v, log_w=log_w, edge_mask=mask, size=(k.shape[0], num_dst))
         alpha = self._alpha
         self._alpha = None
@@ -239,7 +252,7 @@ class S2AttentionConv(MessagePassing):
         edge_index: Tensor,
         quad_weights: Optional[Tensor] = None,
         value: Optional[Tensor] = None,
-        plan: Optional[NeighborhoodPlan] = None,
+        plan: Optional[BipartiteCSR] = None,
         return_attention_weights: Optional[bool] = None,
     ):
         """Args:
@@ -249,8 +262,8 @@ class S2AttentionConv(MessagePassing):
             quad_weights: ``(N_src,)`` positive source quadrature weights; ``log w_j`` is added
                 to every score ``<q_i, k_j>`` of an edge ``j -> i``.
             value: optional separate value features ``(N_src, [B,] C_in)`` (default ``x_src``).
-            plan: optional :meth:`build_plan` of this ``edge_index`` to use the fused
-                degree-grouped path (faster for graphs reused many times, e.g. grids).
+            plan: optional :meth:`build_plan` of this ``edge_index``: the graph's CSR structure,
+                built once for a graph used many times (e.g. a grid) instead of in every call.
             return_attention_weights: also return ``(edge_index, alpha)``.
         """
         if isinstance(x, (tuple, list)):

@@ -34,8 +34,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import _checks as checks
+from ._explain import explain_mask
 from .s2_attention_conv import S2AttentionConv
-from ._s2_kernels import NeighborhoodPlan, geodesic_neighbors
+from ._s2_kernels import BipartiteCSR, geodesic_neighbors, neighborhood_attention
 
 __all__ = ["S2NeighborhoodAttention", "grid_points", "grid_graph", "THETA_CUTOFF_EPS"]
 
@@ -79,9 +80,11 @@ def grid_graph(in_shape: Tuple[int, int], out_shape: Tuple[int, int], grid_in: s
                theta_cutoff: float, device: Union[str, torch.device] = "cpu") -> Dict[str, object]:
     """Neighbourhood graph between two grids, cached per (shapes, grids, cutoff, device).
 
-    Returns a dict with ``edge_index`` ``(2, E)`` (input node -> output node,
-    sorted by target then source), ``quad_weights`` ``(nlat_in * nlon_in,)``
-    float64, and ``plan`` (:class:`~pyg_lie.nn._s2_kernels.NeighborhoodPlan`).
+    Returns a dict with ``edge_index`` ``(2, E)`` (input node -> output node, sorted
+    by target, each neighbourhood by input ring and longitude offset from the target),
+    ``quad_weights`` ``(nlat_in * nlon_in,)`` float64, and ``graph``, the CSR structure of
+    the attention engine (:class:`~pyg_lie.nn._s2_kernels.BipartiteCSR`, with the transposed
+    pattern that gradients need).
     """
     device = torch.device(device)
     key = (tuple(in_shape), tuple(out_shape), grid_in, grid_out, float(theta_cutoff), str(device))
@@ -101,11 +104,9 @@ def grid_graph(in_shape: Tuple[int, int], out_shape: Tuple[int, int], grid_in: s
                           nlon_in)
     order_key = (dst * nlat_in + torch.div(src, nlon_in, rounding_mode="floor")) * nlon_in + rel
     edge_index = edge_index[:, torch.argsort(order_key)]
-    # targets of one output ring that all see whole input rings (the poles) share those sources
-    rows = torch.arange(pos_out.shape[0]) // nlon_out
-    plan = NeighborhoodPlan.from_edge_index(edge_index, pos_in.shape[0], pos_out.shape[0], keep_order=True,
-                                            dst_groups=rows)
-    entry = {"edge_index": edge_index.to(device), "quad_weights": qw.to(device), "plan": plan.to(device)}
+    graph = BipartiteCSR.from_edge_index(edge_index, pos_in.shape[0], pos_out.shape[0], keep_order=True,
+                                         transpose=True)
+    entry = {"edge_index": edge_index.to(device), "quad_weights": qw.to(device), "graph": graph.to(device)}
     _CACHE[key] = entry
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
@@ -135,8 +136,10 @@ class S2NeighborhoodAttention(S2AttentionConv):
             (output grid, or input grid when upsampling), as in torch-harmonics.
         k_channels: query/key width (default ``in_channels``).
         out_channels: value/output width (default ``in_channels``).
-        optimized_kernel: ``True`` uses the degree-grouped fused path, ``False``
-            the generic message-passing path (same numbers).
+        optimized_kernel: ``True`` runs the library's CSR attention engine (fused
+            scores, softmax and aggregation), ``False`` the generic message-passing
+            path (same numbers up to rounding); the attribute ``fused`` of
+            :class:`~pyg_lie.nn.S2AttentionConv`.
 
     Raises:
         ValueError: if neither ``nlon_in % nlon_out == 0`` nor ``nlon_out % nlon_in == 0``
@@ -178,7 +181,7 @@ class S2NeighborhoodAttention(S2AttentionConv):
             raise ValueError(f"either nlon_in ({self.nlon_in}) must be an integer multiple of nlon_out "
                              f"({self.nlon_out}), or vice versa, for the attention p-shift to be exact")
         super().__init__(in_channels, out_channels=out_channels, heads=num_heads, k_channels=k_channels,
-                         scale=scale, use_qknorm=use_qknorm, bias=bias)
+                         scale=scale, use_qknorm=use_qknorm, bias=bias, fused=optimized_kernel)
         self.num_heads = self.heads
         self.grid_in = grid_in
         self.grid_out = grid_out
@@ -195,14 +198,22 @@ class S2NeighborhoodAttention(S2AttentionConv):
         self.theta_cutoff = float(theta_cutoff)
         if not self.theta_cutoff > 0.0:
             raise ValueError(f"theta_cutoff has to be positive, got {theta_cutoff}")
-        self.optimized_kernel = bool(optimized_kernel)
         # build once eagerly (also reports empty neighbourhoods at construction time)
-        n_iso = self._graph("cpu")["plan"].num_isolated  # type: ignore[attr-defined]
+        n_iso = self._graph("cpu")["graph"].num_isolated  # type: ignore[attr-defined]
         if n_iso > 0:
             warnings.warn(f"{self.__class__.__name__}: with theta_cutoff={self.theta_cutoff:.4g}, {n_iso} of "
                           f"{self.nlat_out * self.nlon_out} output points have no neighbour within the cutoff; "
                           f"their attention output is zero before the output projection (torch-harmonics gives "
                           f"NaN there)", RuntimeWarning, stacklevel=2)
+
+    @property
+    def optimized_kernel(self) -> bool:
+        """torch-harmonics' name for :attr:`fused`."""
+        return self.fused
+
+    @optimized_kernel.setter
+    def optimized_kernel(self, value: bool) -> None:
+        self.fused = bool(value)
 
     def extra_repr(self) -> str:
         return (f"in_shape={(self.nlat_in, self.nlon_in)}, out_shape={(self.nlat_out, self.nlon_out)}, "
@@ -248,7 +259,7 @@ class S2NeighborhoodAttention(S2AttentionConv):
         checks.floating("query", query, like=self.q_weights)
         g = self._graph(query.device)
         B = query.shape[0]
-        if self.optimized_kernel:
+        if self.fused and explain_mask(self, g["edge_index"].shape[1]) is None:  # type: ignore[union-attr]
             return self._forward_fused(query, key, value, g)
 
         def nodes(t: Tensor) -> Tensor:  # (B, C, nlat, nlon) -> (nlat * nlon, B, C)
@@ -259,19 +270,15 @@ class S2NeighborhoodAttention(S2AttentionConv):
         xv = xq if value is query else (xk if value is key else nodes(value))
         q, k, v = self.project_qkv(xq, xk, xv)
         log_w = self.log_quad_weights(g["quad_weights"], q.dtype)  # type: ignore[arg-type]
-        plan = g["plan"] if self.optimized_kernel else None
-        h, _ = self.attend(q, k, v, g["edge_index"], log_w, plan=plan)  # type: ignore[arg-type]
+        h, _ = self.attend(q, k, v, g["edge_index"], log_w, plan=g["graph"])  # type: ignore[arg-type]
         out = self.output_projection(h)  # (N_out, B, C_out)
         return out.permute(1, 2, 0).reshape(B, self.out_channels, self.nlat_out, self.nlon_out)
 
     # ------------------------------------------------------------------ fused grid path
-    def _project_channel_major(self, x: Tensor, weight: Tensor, bias: Optional[Tensor],
-                               norm: Optional[Tensor], scale) -> Tensor:
-        """1x1 projection of ``(B, C, nlat, nlon)`` straight into the kernel layout ``(N, D, B * H)``.
-
-        One matmul and one layout pass (bias, qk-norm and scale folded in), instead of
-        node-major projections followed by transposes.
-        """
+    def _project_nodes(self, x: Tensor, weight: Tensor, bias: Optional[Tensor], norm: Optional[Tensor],
+                       scale) -> Tensor:
+        """1x1 projection of ``(B, C, nlat, nlon)`` straight into the engine's layout
+        ``(N, B * H, D)`` (batch x heads as heads), bias, qk-norm and scale folded in."""
         B, H = x.shape[0], self.heads
         W = weight.flatten(1)  # (H * D, C)
         xt = x.flatten(2).transpose(1, 2)  # (B, N, C) view: the GEMM reads the NCHW layout transposed, no copy
@@ -283,26 +290,22 @@ class S2NeighborhoodAttention(S2AttentionConv):
         y = y.view(B, -1, H, D)
         if norm is not None:  # per-head RMS norm over D with weight (1 + g), as torch-harmonics
             y = F.rms_norm(y, normalized_shape=norm.shape, weight=1 + norm)
-        out = y.permute(1, 3, 0, 2).contiguous().view(-1, D, B * H)  # (N, D, B * H): a per-node transpose
+        out = y.transpose(0, 1).reshape(-1, B * H, D)  # (N, B * H, D): one copy
         if scale is not None:
             out = out * scale
         return out
 
     def _forward_fused(self, query: Tensor, key: Tensor, value: Tensor, g: Dict[str, object]) -> Tensor:
-        from ._s2_kernels import fused_planned_attention
-
-        B, H = query.shape[0], self.heads
-        plan = g["plan"]
-        q2 = self._project_channel_major(query, self.q_weights, self.q_bias, self.q_norm_weights, self.scale)
-        k2 = self._project_channel_major(key, self.k_weights, self.k_bias, self.k_norm_weights, None)
-        v2 = k2 if (value is key and self.v_weights is self.k_weights) else \
-            self._project_channel_major(value, self.v_weights, self.v_bias, None, None)
-        log_w = self.log_quad_weights(g["quad_weights"], q2.dtype)  # type: ignore[arg-type]
-        self._check_isolated(g["edge_index"], q2.shape[0], plan)  # type: ignore[arg-type]
-        o = fused_planned_attention(q2, k2, v2, log_w, plan)  # (N_out, Dv, B * H)
-        Dv = o.shape[1]
-        o = o.view(-1, Dv, B, H).permute(0, 2, 3, 1).contiguous()  # (N_out, B, H, Dv): a per-node transpose
-        o = o.view(-1, B, H * Dv).permute(1, 2, 0)  # (B, C_out, N_out) view, read transposed by the GEMM
+        B = query.shape[0]
+        graph: BipartiteCSR = g["graph"]  # type: ignore[assignment]
+        q = self._project_nodes(query, self.q_weights, self.q_bias, self.q_norm_weights, self.scale)
+        k = self._project_nodes(key, self.k_weights, self.k_bias, self.k_norm_weights, None)
+        v = k if (value is key and self.v_weights is self.k_weights) else \
+            self._project_nodes(value, self.v_weights, self.v_bias, None, None)
+        log_w = self.log_quad_weights(g["quad_weights"], q.dtype)  # type: ignore[arg-type]
+        self._check_isolated(g["edge_index"], q.shape[0], graph)  # type: ignore[arg-type]
+        o, _ = neighborhood_attention(q, k, v, log_w, graph)  # (N_out, B * H, Dv)
+        o = o.view(o.shape[0], B, -1).permute(1, 2, 0)  # (B, C_out, N_out) view, read transposed by the GEMM
         P = self.proj_weights.flatten(1)
         if self.proj_bias is not None:
             out = torch.baddbmm(self.proj_bias.view(1, -1, 1), P.expand(B, -1, -1), o)

@@ -220,9 +220,9 @@ def _perturb(x: Any, action: Callable, group: Any, generator: torch.Generator) -
             raise ValueError("the default perturbation of 'elements' inputs needs a LieGroup as group; "
                              "pass perturb=callable(inputs) -> inputs")
         h = group.random(*x.shape[:-2], generator=generator, dtype=x.dtype)
-        return x @ h
+        return x @ h.to(x.device)
     size = max(_max_abs(x), 1.0)
-    return x + 0.1 * size * torch.randn(x.shape, generator=generator, dtype=x.dtype)
+    return x + 0.1 * size * torch.randn(x.shape, generator=generator, dtype=x.dtype).to(x.device)
 
 
 def equivariance_error(

@@ -30,6 +30,7 @@ from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
 from .. import _checks
+from ..neighbors import complete_graph as _complete_graph
 from ..nn._explain import explain_mask, masked_edge_attention
 from ..nn._sparse_ops import CSRStructure, csr_scores, to_edge_order
 from ..nn.attention_core import csr_edge_attention, edge_attention
@@ -63,12 +64,10 @@ def head_assignment(V: FieldType, heads: int, mode: str = "coupled",
 
 
 def complete_graph(batch: int, nodes: int, device=None) -> Tensor:
-    """Edges ``j -> i`` between all tokens (incl. self loops) of each of ``batch`` images."""
-    idx = torch.arange(nodes, device=device)
-    src = idx.repeat(nodes)
-    dst = idx.repeat_interleave(nodes)
-    off = (torch.arange(batch, device=device) * nodes).repeat_interleave(nodes * nodes)
-    return torch.stack([src.repeat(batch) + off, dst.repeat(batch) + off])
+    """Edges ``j -> i`` between all tokens (incl. self loops) of each of ``batch`` images of
+    ``nodes`` tokens, sorted by ``(i, j)``: :func:`pyg_lie.neighbors.complete_graph` of the
+    images' token batch vector."""
+    return _complete_graph(torch.arange(batch, device=device).repeat_interleave(nodes))
 
 
 def radius_patch_graph(positions: Tensor, radius: float, batch: int, with_cls: bool = True) -> Tensor:

@@ -50,13 +50,16 @@ def test_rotate_images_quarter_turn_matches_rot90():
 
 def test_bench_vit_cli(tmp_path):
     argv = ["bench", "vit", "--img-size", "8", "--patch-size", "4", "--width", "96", "--depth", "1", "--batch", "2",
-            "--reps", "1", "--out", str(tmp_path)]
+            "--reps", "1", "--out", str(tmp_path / "vit.json")]
     args = build_parser(argv).parse_args(argv)
     from pyg_lie.benchmarks import vit
     assert vit.main(args) == 0
-    rows = json.load(open(tmp_path / "results.json"))["rows"]
-    d4 = next(r for r in rows if r["group"] == "D4")
-    assert d4["macs_ratio_vs_same_width"] > 3.0
+    result = json.load(open(tmp_path / "vit.json"))  # the format scripts/benchmarks_table.py reads
+    records = {r["configuration"]["model"]: r["metrics"] for r in result["records"]}
+    assert list(records) == ["D4", "C4", "C1 same width", "C1 same params"]
+    assert records["D4"]["macs_ratio_vs_same_width"] > 3.0
+    assert records["C1 same width"]["speedup_vs_same_width"] == 1.0
+    assert result["command"].startswith("pyg-lie bench vit") and "host_class" in result
 
 
 def test_patternnet_folder_loader(tmp_path):

@@ -8,17 +8,22 @@ structure, i.e. what the block-wise implementation actually executes) of
 * the plain ViT (``C1``) of the same width, and
 * the plain ViT with (about) the same parameter count as the D4 model.
 
+The result goes to ``--out`` (default ``benchmarks/results/vit.json``, from which
+``scripts/benchmarks_table.py`` writes the ViT section of ``docs/benchmarks.md``): one record
+per model with its configuration and metrics, the command, the git revision and the class of
+machine.
+
 Example::
 
     pyg-lie bench vit                       # 32x32 images, patch 8, width 384, depth 2, batch 32
-    pyg-lie bench vit --width 768 --depth 6 --batch 64 --device cuda
+    pyg-lie bench vit --width 768 --depth 6 --batch 64 --device cuda --out runs/bench_vit.json
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
+from pathlib import Path
 
 import torch
 
@@ -39,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch threads (0: torch default; 1 is stable on shared CPUs)")
     p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    p.add_argument("--out", default="runs/bench_vit", help="folder for results.json")
+    p.add_argument("--out", default="benchmarks/results/vit.json", help="JSON file for the results")
 
 
 def _model(group: str, channels: int, a):
@@ -101,6 +106,8 @@ def run(a) -> list[dict]:
 
 
 def main(a) -> int:
+    from ..experiments.results import command_line, git_revision, host_class
+
     rows = run(a)
     hdr = f"{'model':16s} {'width':>5s} {'params':>9s} {'lin MMACs/img':>13s} {'MAC ratio':>9s} {'fwd+bwd ms':>10s} {'speedup':>7s}"
     print(f"square {a.img_size}x{a.img_size}, patch {a.patch_size}, depth {a.depth}, heads {a.heads}, "
@@ -109,8 +116,25 @@ def main(a) -> int:
     for r in rows:
         print(f"{r['model']:16s} {r['width']:5d} {r['params']:9d} {r['linear_macs'] / 1e6:13.3f} "
               f"{r['macs_ratio_vs_same_width']:9.2f} {r['fwd_bwd_ms']:10.1f} {r['speedup_vs_same_width']:7.2f}")
-    os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "results.json"), "w") as f:
-        json.dump({"args": vars(a), "rows": rows}, f, indent=1, default=str)
-    print(f"wrote {os.path.join(a.out, 'results.json')}")
+    config = {k: v for k, v in vars(a).items() if not k.startswith("_") and k not in ("command", "task", "out")}
+    config["torch_threads"] = torch.get_num_threads()
+    shared = {k: config[k] for k in ("img_size", "patch_size", "depth", "heads", "batch", "device", "dtype")}
+    records = [{"configuration": {"model": r["model"], "group": r["group"], "width": r["width"], **shared},
+                "metrics": {k: r[k] for k in ("params", "linear_macs", "macs_ratio_vs_same_width", "fwd_bwd_ms",
+                                              "speedup_vs_same_width")}} for r in rows]
+    sha, dirty = git_revision()
+    result = {"benchmark": "vit", "title": "Equivariant ViT against plain ViTs",
+              "description": "D4 and C4 ViTs (token width |G| x channels) against the plain ViT (C1) of the same "
+                             "width and the plain ViT with about the D4 model's parameter count: parameters, "
+                             "multiply-adds of the linear layers per image (linear_macs, from the Schur block "
+                             "structure), their ratio to the same-width plain ViT, and the median forward + "
+                             "backward time of a batch (fwd_bwd_ms; the models alternate within every "
+                             "repetition) with its speed-up over the same-width plain ViT.",
+              "command": " ".join(command_line(a, ["bench", "vit"])), "config": config, "seed": 0,
+              "git_revision": sha, "git_dirty": dirty, "host_class": host_class(), "torch": torch.__version__,
+              "records": records}
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(f"wrote {out}")
     return 0

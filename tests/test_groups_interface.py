@@ -6,6 +6,7 @@ import scipy.linalg
 import torch
 
 from pyg_lie.groups import GROUPS, get_group
+from pyg_lie.testing import assert_equivariant
 
 NAMES = sorted(GROUPS)
 
@@ -206,3 +207,22 @@ def test_contains_tells_elements_from_other_matrices(name, dtype):
     bad[3, 0, 0] = float("nan")
     bad[5, -1, 0] = 0.5  # off the last row (affine) / off the manifold (others)
     assert G.contains(bad).tolist() == [i not in (3, 5) for i in range(64)]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_relative_log_is_left_invariant(name):
+    """log((u g_j)^-1 (u g_i)) = log(g_j^-1 g_i) for every group: what makes the attention
+    layers' location kernels invariant. The check fails for a left-variant map (log(g_i))."""
+    G = get_group(name)
+    torch.manual_seed(0)
+    g = G.exp(_small_algebra(G, 6, scale=0.3))  # relative elements stay inside the affine groups' chart
+    edge_index = torch.cartesian_prod(torch.arange(6), torch.arange(6)).t()
+
+    def perturb(inputs):  # each element moved on the right by its own small element: no group action
+        return inputs[0] @ G.exp(_small_algebra(G, 6, scale=0.3)), inputs[1]
+
+    assert_equivariant(G.relative_log, (g, edge_index), G, ("elements", "invariant"), "invariant",
+                       num_elements=4, atol=1e-9, rtol=1e-9, perturb=perturb)
+    with pytest.raises(AssertionError, match="not equivariant"):
+        assert_equivariant(lambda g, ei: G.log(g)[ei[0]], (g, edge_index), G, ("elements", "invariant"),
+                           "invariant", elements=G.exp(_small_algebra(G, 4, scale=0.2)), perturb=perturb)

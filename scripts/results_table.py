@@ -100,6 +100,50 @@ def read_records(root: Path) -> Dict[str, Dict[str, Dict[str, Any]]]:
     return out
 
 
+#: grid views: experiment -> (title, run-name prefix, row label of a record, row order, columns (metric, header)).
+#: The runs whose names start with the prefix become one row each; a cell shows ours and, where the
+#: record has one, the paper's number in brackets.
+GRIDS = {
+    "constellation": (
+        "Table 1: model x training augmentation x test augmentation",
+        "table1-",
+        lambda rec: ("SetTransformer" if rec.get("config", {}).get("model") == "settransformer"
+                     else f"LieTransformer-{rec.get('config', {}).get('group')}",
+                     "D_train" + {"none": ""}.get(rec.get("config", {}).get("augment"),
+                                                  f"^{rec.get('config', {}).get('augment')}")),
+        (["LieTransformer-T2", "LieTransformer-SE2", "SetTransformer"], ["D_train", "D_train^T2", "D_train^SE2"]),
+        [("test_acc", "D_test"), ("test_T2_acc", "D_test^T2"), ("test_SE2_acc", "D_test^SE2")],
+    ),
+}
+
+
+def _grid(experiment: str, runs: Dict[str, Dict[str, Any]]) -> str:
+    """The grid view of ``experiment`` (see :data:`GRIDS`), or ``""``."""
+    if experiment not in GRIDS:
+        return ""
+    title, prefix, label, order, columns = GRIDS[experiment]
+    rows = {}
+    for run in sorted(runs, key=_natural):
+        if run.startswith(prefix):
+            rows.setdefault(label(runs[run]), run)
+    if not rows:
+        return ""
+
+    def rank(key):
+        return tuple(o.index(k) if k in o else len(o) for k, o in zip(key, order)) + key
+
+    out = [f"\n### {title}\n\nOne row per run `results/{experiment}/{prefix}*`; in each cell ours, and the "
+           "paper's number in brackets where we have it. The runs' settings and commands are in the table "
+           "above.\n\n| model | training set | " + " | ".join(h for _, h in columns) + " | run |\n"
+           "|---|---|" + "---|" * len(columns) + "---|\n"]
+    for key in sorted(rows, key=rank):
+        rec = runs[rows[key]]
+        ours, paper = rec.get("metrics") or {}, rec.get("paper") or {}
+        cells = [_fmt(ours.get(m)) + (f" ({_fmt(paper[m])})" if m in paper else "") for m, _ in columns]
+        out.append(f"| {_cell(key[0])} | {_cell(key[1])} | " + " | ".join(cells) + f" | {_cell(rows[key])} |\n")
+    return "".join(out)
+
+
 def _metric_rows(record: Dict[str, Any]) -> List[tuple]:
     """``(metric, paper, ours)`` strings: metrics with a paper number first; ``_std`` folded into ``±``."""
     ours = record.get("metrics") or {}
@@ -177,6 +221,7 @@ def render(root: Path) -> str:
             plots += sorted((p.name for p in (root / experiment).glob(f"{run}.*.png")), key=_natural)
         if plots:
             parts.append("\nPlots: " + ", ".join(f"`results/{experiment}/{p}`" for p in plots) + ".\n")
+        parts.append(_grid(experiment, records[experiment]))
     parts.append(_shortfalls(records))
     return "".join(parts)
 

@@ -123,3 +123,29 @@ def test_shortfalls_list_accuracies_below_and_errors_above_the_paper(tmp_path):
     assert "| exp | b | pose_error | 0.01 > 3.00e-03 | the paper |" in text
     assert "| a | pose_error" not in text and "| b | acc" not in text and "params" not in text
     assert "other_acc" not in text  # no value of ours: not judged
+
+
+def test_constellation_grid_view(tmp_path):
+    """Table 1 as a grid: one row per table1-* run in model / augmentation order, paper numbers in brackets."""
+    mod = _script()
+    root = tmp_path / "results"
+    cells = [("settransformer", "SE2", "none"), ("lietransformer", "SE2", "T2"), ("lietransformer", "T2", "none"),
+             ("lietransformer", "T2", "SE2")]
+    for i, (model, group, aug) in enumerate(cells):
+        name = "Set" if model == "settransformer" else group
+        _write(root, "constellation", f"table1-{name}-train-{aug}", config={"model": model, "group": group, "augment": aug},
+               metrics={"test_acc": 0.5 + i / 10, "test_T2_acc": 0.25, "test_SE2_acc": 0.125},
+               paper={"test_SE2_acc": 0.63} if (group, aug) == ("T2", "none") and model != "settransformer" else {})
+    _write(root, "constellation", "other-run", config={"model": "lietransformer", "group": "T2", "augment": "none"})
+    text = mod.render(root)
+    grid = text[text.index("### Table 1"):]
+    grid = grid[:grid.index("\n## ")] if "\n## " in grid else grid
+    lines = [ln for ln in grid.splitlines() if ln.startswith("| ") and "model" not in ln]
+    assert lines == [
+        "| LieTransformer-T2 | D_train | 0.7 | 0.25 | 0.125 (0.63) | table1-T2-train-none |",
+        "| LieTransformer-T2 | D_train^SE2 | 0.8 | 0.25 | 0.125 | table1-T2-train-SE2 |",
+        "| LieTransformer-SE2 | D_train^T2 | 0.6 | 0.25 | 0.125 | table1-SE2-train-T2 |",
+        "| SetTransformer | D_train | 0.5 | 0.25 | 0.125 | table1-Set-train-none |",
+    ]
+    _write(root / "x", "zeta", "table1-a")  # no grid for experiments without one
+    assert "###" not in mod.render(root / "x")

@@ -206,3 +206,90 @@ def test_smoke_cli_writes_a_result_file_and_learns(tmp_path):
     assert m["train_loss_last"] < m["train_loss_first"]
     assert all(math.isfinite(m[k]) for k in ("test_mse_5", "rollout_mse_10", "energy_drift_10"))
     assert (res / "springs" / "lie-T2-n16.rollout_error.png").is_file()
+
+
+# ----------------------------------------------------------------- the paper's FC and GN baselines
+def _system(B=3, n=6, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(B * n, 2, generator=g, dtype=dtype) + 0.1
+    pos = torch.randn(B * n, 2, generator=g, dtype=dtype)
+    return x, pos, torch.arange(B).repeat_interleave(n)
+
+
+def _randomised(module, seed=1):
+    """Weights large enough that the potential depends strongly on its inputs."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.7)
+    return module
+
+
+@pytest.mark.parametrize("kind", ["fc", "gn"])
+def test_baseline_potentials_translation_invariant_not_rotation_invariant(kind):
+    from pyg_lie.models.springs_baselines import FCPotential, GraphNetworkPotential
+    net = _randomised((FCPotential() if kind == "fc" else GraphNetworkPotential(num_layers=2)).double())
+    x, pos, batch = _system()
+    V = net(x, pos, batch)
+    assert V.shape == (3, 1)
+    g = torch.Generator().manual_seed(5)
+    shift = torch.randn(3, 2, generator=g, dtype=torch.float64)[batch] * 3  # one translation per system
+    torch.testing.assert_close(net(x, pos + shift, batch), V, atol=1e-10, rtol=1e-10)
+    R = _rot(0.9)
+    assert (net(x, pos @ R.T, batch) - V).abs().max() > 1e-3  # no rotation invariance built in
+
+
+def test_graph_network_potential_permutation_invariant_fc_not():
+    from pyg_lie.models.springs_baselines import FCPotential, GraphNetworkPotential
+    x, pos, batch = _system(B=2)
+    perm = torch.cat([torch.randperm(6, generator=torch.Generator().manual_seed(s)) + 6 * s for s in range(2)])
+    gn = _randomised(GraphNetworkPotential(num_layers=2).double())
+    torch.testing.assert_close(gn(x[perm], pos[perm], batch), gn(x, pos, batch), atol=1e-10, rtol=1e-10)
+    fc = _randomised(FCPotential().double())
+    assert (fc(x[perm], pos[perm], batch) - fc(x, pos, batch)).abs().max() > 1e-3
+    # the complete graph: every ordered pair of distinct particles of a system, none across systems
+    ei = GraphNetworkPotential.complete_graph(batch)
+    assert ei.shape == (2, 2 * 6 * 5)
+    assert bool((batch[ei[0]] == batch[ei[1]]).all()) and bool((ei[0] != ei[1]).all())
+
+
+def test_baseline_potentials_reject_bad_input():
+    from pyg_lie.models.springs_baselines import FCPotential, GraphNetworkPotential
+    x, pos, batch = _system(dtype=torch.float32)
+    fc, gn = FCPotential(), GraphNetworkPotential()
+    with pytest.raises(ValueError, match="num_particles = 6"):
+        fc(x[:-1], pos[:-1], batch[:-1])
+    with pytest.raises(ValueError, match="in_channels"):
+        gn(x[:, :1], pos, batch)
+    with pytest.raises(ValueError, match="space_dim"):
+        gn(x, torch.cat([pos, pos[:, :1]], 1), batch)
+    with pytest.raises(ValueError, match="batch"):
+        gn(x, pos, batch.float())
+    with pytest.raises(ValueError, match="hidden_channels"):
+        FCPotential(hidden_channels=0)
+    with pytest.raises(ValueError, match="potential must be one of"):
+        from pyg_lie.experiments.springs import build_potential
+        build_potential("T2", potential="mlp")
+
+
+@pytest.mark.parametrize("kind", ["fc", "gn"])
+def test_baseline_smoke_cli_learns_and_checkpoint_reevaluates(kind, tmp_path):
+    """The CI version of `pyg-lie train springs --potential fc|gn`: the loss falls, the result
+    file and its curve land in the results folder, and the comparison figure is drawn."""
+    from pyg_lie.cli import main
+    from pyg_lie.experiments.results import load_result
+    from pyg_lie.experiments.springs import evaluate_checkpoint, read_curve_csv
+    res, out = tmp_path / "results", tmp_path / "run"
+    assert main(["train", "springs", "--potential", kind, "--n-train", "16", "--n-val", "4",
+                 "--n-test", "2", "--rollout-steps", "10", "--epochs", "6", "--batch-size", "8", "--lr", "1e-2",
+                 "--no-progress", "--out", str(out), "--results-dir", str(res)]) == 0
+    rec = load_result(res, "springs", f"{kind}-n16")
+    m = rec["metrics"]
+    assert m["train_loss_last"] < 0.97 * m["train_loss_first"]
+    assert rec["paper"] == {} and rec["config"]["potential"] == kind
+    assert (rec["config"]["hidden"], rec["config"]["layers"]) == {"fc": (150, 4), "gn": (64, 1)}[kind]
+    curve = read_curve_csv(str(res / "springs" / f"{kind}-n16.rollout_error.csv"))
+    assert curve["step"] == [float(s) for s in range(1, 11)]
+    assert (res / "springs" / "rollout_comparison.png").is_file()
+    again = evaluate_checkpoint(str(out / "checkpoint.pt"))
+    assert math.isclose(float(again["curves"].mean()), m["rollout_mse_10"], rel_tol=1e-6)

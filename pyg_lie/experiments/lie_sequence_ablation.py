@@ -58,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=positive_int, default=256)
     parser.add_argument("--threads", type=nonnegative_int, default=1)
     parser.add_argument("--out", default=os.path.join("runs", "lie_sequence_ablation"))
+    parser.add_argument("--collect-only", action="store_true",
+                        help="only read runs cached under --out (runs of the grid trained by other calls, "
+                             "for example one process per factor); missing ones are left out")
     parser.add_argument("--no-progress", action="store_true")
     from .results import add_result_arguments
     add_result_arguments(parser, "GROUP, e.g. SO3")
@@ -111,6 +114,8 @@ def run_grid(args) -> Dict[str, Dict[str, List[dict]]]:
                 if os.path.exists(path):
                     with open(path) as f:
                         run = json.load(f)
+                elif getattr(args, "collect_only", False):
+                    continue
                 else:
                     run = run_one(args.group, score, seed, factor_args(args, factor), progress=not args.no_progress)
                     run = {k: v for k, v in run.items() if k != "losses"} | {"losses": run["losses"][::10]}
@@ -195,6 +200,9 @@ def main(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     t0 = time.time()
     grid = run_grid(args)
+    if not grid:
+        print(f"no runs under {os.path.join(args.out, args.group)}; run without --collect-only")
+        return 1
     metrics = summarize(grid)
     for factor in grid:
         print(f"{factor:12s} " + "  ".join(f"{MODEL_LETTER[s]} {metrics[f'{factor}.{MODEL_LETTER[s]}.pose_error']:.2e}"

@@ -97,6 +97,11 @@ class LieTransformer(Module):
         **attention_kwargs: ``content``, ``location``, ``combine``,
             ``normalization``, ``kernel_dim``, ``kernel_layers``, ``kernel_per_head``, ``mlp_ratio``,
             ``dropout`` (see :class:`~pyg_lie.nn.LieSelfAttention`).
+
+    The model builds its lifted edges itself, so it takes no ``edge_attr``: a feature of a
+    base edge would have to follow that edge to all of its lift pairs (and through the
+    subsampling and the log-map threshold). For edge features, stack
+    :class:`~pyg_lie.nn.LieTransformerBlock` with ``edge_dim`` on edges of your own.
     """
 
     def __init__(self, group: Union[str, LieGroup], in_channels: Optional[int] = None,

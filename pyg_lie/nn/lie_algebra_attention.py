@@ -54,6 +54,7 @@ from .. import _checks as checks
 from .._checks import positive_int
 from ..groups import LieGroup, get_group
 from ..groups.base import _is_compiling
+from ._edge_features import edge_score
 from ._explain import explain_mask, masked_edge_attention
 from .attention_core import edge_attention
 
@@ -143,10 +144,14 @@ class LieAlgebraAttention(MessagePassing):
         dropout: dropout on the attention weights.
         bias: bias of the value projection.
         chart: out-of-chart behaviour, ``"mask"`` or ``"error"`` (module docstring).
+        edge_dim: width of optional edge features ``edge_attr (E, edge_dim)`` (``None``: none).
+            As in PyG's ``TransformerConv`` they enter the score: ``s_ij^h + W_e^h e_ij``, a
+            learned linear map to one scalar per head. The layer stays invariant when
+            ``edge_attr`` is invariant (e.g. link types or distances).
 
     Shapes:
         - input: ``x (N, in_channels)`` (the invariant states ``h``), ``edge_index (2, E)``, ``g (N, m, m)``,
-          optionally ``w (E, dim)`` precomputed by :func:`relative_log` (shared by
+          optionally ``edge_attr (E, edge_dim)`` (``(E,)`` when ``edge_dim=1``), ``w (E, dim)`` precomputed by :func:`relative_log` (shared by
           all layers of a model) and ``valid (E,)``.
         - output: ``(N, out_channels)``, and with ``return_attention_weights=True`` also
           ``(edge_index, alpha (E, H))``.
@@ -155,7 +160,7 @@ class LieAlgebraAttention(MessagePassing):
     def __init__(self, in_channels: int, out_channels: int, group: Union[str, LieGroup],
                  heads: int = 1, concat: bool = True, score: str = "closed_form",
                  kernel_dim: int = 32, dropout: float = 0.0, bias: bool = True,
-                 chart: str = "mask", **kwargs) -> None:
+                 chart: str = "mask", edge_dim: Optional[int] = None, **kwargs) -> None:
         kwargs.setdefault("aggr", "add")
         super().__init__(node_dim=0, **kwargs)
         for name, v in (("in_channels", in_channels), ("out_channels", out_channels),
@@ -180,6 +185,7 @@ class LieAlgebraAttention(MessagePassing):
         self.head_dim = out_channels // heads if concat else out_channels
         self.concat, self.score, self.kernel_dim = concat, score, kernel_dim
         self.dropout, self.chart = dropout, chart
+        self.edge_dim = None if edge_dim is None else positive_int("edge_dim", edge_dim)
         dim = self.group.dim
         blocks = list(self.group.blocks.values())
         # (dim, B) 0/1 matrix: ||w[b]||^2 = (w * w) @ block_matrix
@@ -201,6 +207,9 @@ class LieAlgebraAttention(MessagePassing):
             self.kernel_b2 = Parameter(torch.empty(heads))
         self.lin_value = Linear(in_channels + dim, heads * self.head_dim, bias=bias,
                                 weight_initializer="glorot")
+        # no bias: a constant per head would only shift every score of a target alike
+        self.lin_edge = (Linear(self.edge_dim, heads, bias=False, weight_initializer="glorot")
+                         if self.edge_dim is not None else None)
         self.reset_parameters()
 
     # ------------------------------------------------------------------ params
@@ -216,12 +225,16 @@ class LieAlgebraAttention(MessagePassing):
                 bound = 1.0 / math.sqrt(fan_in)
                 torch.nn.init.uniform_(p, -bound, bound)
         self.lin_value.reset_parameters()
+        if self.lin_edge is not None:
+            self.lin_edge.reset_parameters()
 
     def score_parameters(self) -> list[Parameter]:
-        """The parameters of the score (paper's "score parameters")."""
+        """The parameters of the score (paper's "score parameters"; with ``edge_dim``, the edge
+        term's map too)."""
+        edge = [] if self.lin_edge is None else [self.lin_edge.weight]
         if self.score == "closed_form":
-            return [self.lambda_raw, self.tau_raw]
-        return [self.kernel_w1, self.kernel_b1, self.kernel_w2, self.kernel_b2]
+            return [self.lambda_raw, self.tau_raw, *edge]
+        return [self.kernel_w1, self.kernel_b1, self.kernel_w2, self.kernel_b2, *edge]
 
     def num_score_parameters(self) -> int:
         return sum(p.numel() for p in self.score_parameters())
@@ -246,7 +259,7 @@ class LieAlgebraAttention(MessagePassing):
         return (hid * self.kernel_w2).sum(-1) + self.kernel_b2
 
     # ----------------------------------------------------------------- forward
-    def forward(self, x: Tensor, edge_index: Tensor, g: Tensor,
+    def forward(self, x: Tensor, edge_index: Tensor, g: Tensor, edge_attr: Optional[Tensor] = None,
                 return_attention_weights: Optional[bool] = None,
                 w: Optional[Tensor] = None, valid: Optional[Tensor] = None):
         """See the class docstring for shapes."""
@@ -266,6 +279,9 @@ class LieAlgebraAttention(MessagePassing):
         if valid is not None:
             w = torch.where(valid[:, None], w, torch.zeros_like(w))
         s = self.compute_score(w)  # (E, H)
+        escore = edge_score(self.lin_edge, edge_attr, edge_index.shape[1], x)
+        if escore is not None:
+            s = s + escore
         if valid is not None:
             s = torch.where(valid[:, None], s, torch.full_like(s, -1e30 if s.dtype != torch.float16 else -6e4))
         mask = explain_mask(self, edge_index.shape[1])
@@ -296,4 +312,5 @@ class LieAlgebraAttention(MessagePassing):
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
                 f"heads={self.heads}, group={self.group.name}, score={self.score}"
-                f"{'' if self.concat else ', concat=False'})")
+                f"{'' if self.concat else ', concat=False'}"
+                f"{'' if self.edge_dim is None else f', edge_dim={self.edge_dim}'})")

@@ -25,6 +25,10 @@ Options (names of the paper's Appendix E):
   vectors).
 * normalisation: ``"softmax"`` over ``j in N(i)`` or ``"constant"`` (alias ``"mean"``, the name
   other layers use) ``alpha_ij / |N(i)|`` (the paper's choice for Hamiltonian dynamics).
+* edge features (beyond the paper, as in PyG's ``TransformerConv``): with ``edge_dim`` set,
+  ``edge_attr (E, edge_dim)`` adds ``W_e^h e_ij`` (a learned linear map to one scalar per head)
+  to the combined score, ``alpha^h_ij = F(k_c^h, k_l^h) + W_e^h e_ij``. The layer stays
+  equivariant when ``edge_attr`` is invariant (for example distances between the points).
 
 Everything lives on edges: memory is ``O(E (heads + d))`` with ``E`` the number
 of edges, never ``O(N^2)``. ``g_i^{-1} g_j`` is invariant to ``g -> u g`` for
@@ -48,6 +52,7 @@ from .._checks import nonnegative_int, positive_int, probability
 from ..groups import LieGroup, get_group
 from ..groups.base import _is_compiling
 from ._edge_mlp import HeadwiseMLP, edge_mlp
+from ._edge_features import edge_score
 from ._explain import explain_mask, masked_edge_attention
 from ._sparse_ops import CSRStructure, csr_scores, to_edge_order
 from .attention_core import csr_edge_attention, csr_softmax_attention, edge_attention
@@ -97,6 +102,9 @@ class LieSelfAttention(MessagePassing):
             ``invariants`` (0 when the group acts transitively).
         dropout: dropout on the attention weights (training only).
         bias: bias of the value projection.
+        edge_dim: width of ``edge_attr`` (``None``: the layer takes no edge features). Its
+            score term is one more per-edge, per-head score, so the fused kernels keep
+            running with it.
         fused: ``"auto"`` (default), ``True`` or ``False``. The fused path
             computes the dot-product scores and the weighted sums with sparse
             CSR kernels (SDDMM / SpMM), so no ``(E, d)`` tensor is ever
@@ -108,10 +116,12 @@ class LieSelfAttention(MessagePassing):
             location score per head, additive, softmax, no dropout at work) is
             one operator, :func:`~pyg_lie.nn.attention_core.csr_softmax_attention`.
 
+    ``out_channels`` is always the output width (the heads split it).
+
     Shapes:
         input ``x (N, C_in)``, ``edge_index (2, E)``, ``g (N, m, m)``,
-        optional ``invariants (N, k)``; output ``(N, C_out)`` and, with
-        ``return_attention_weights=True``, ``(edge_index, w (E, H))``.
+        optional ``invariants (N, k)`` and ``edge_attr (E, edge_dim)``; output ``(N, C_out)``
+        and, with ``return_attention_weights=True``, ``(edge_index, w (E, H))``.
     """
 
     def __init__(self, in_channels: int, out_channels: Optional[int] = None,
@@ -119,7 +129,7 @@ class LieSelfAttention(MessagePassing):
                  content: str = "dot_product", location: str = "mlp", combine: str = "additive",
                  normalization: str = "softmax", kernel_dim: int = 16, kernel_layers: int = 3,
                  kernel_per_head: bool = False, invariant_dim: int = 0, dropout: float = 0.0, bias: bool = True,
-                 fused: Union[bool, str] = "auto", **kwargs):
+                 edge_dim: Optional[int] = None, fused: Union[bool, str] = "auto", **kwargs):
         kwargs.setdefault("aggr", "sum")
         super().__init__(node_dim=0, **kwargs)
         out_channels = in_channels if out_channels is None else out_channels
@@ -147,6 +157,7 @@ class LieSelfAttention(MessagePassing):
                              f"combine={self.combine!r}")
         self.kernel_per_head = kernel_per_head
         self.invariant_dim = nonnegative_int("invariant_dim", invariant_dim)
+        self.edge_dim = None if edge_dim is None else positive_int("edge_dim", edge_dim)
         self.dropout = probability("dropout", dropout)
         if fused not in (True, False, "auto"):
             raise ValueError(f"fused must be True, False or 'auto', got {fused!r}")
@@ -182,6 +193,8 @@ class LieSelfAttention(MessagePassing):
             self.combine_mlp = _mlp(self.content_dim + self.location_dim, kernel_dim, H, 2)
         else:
             self.combine_mlp = None
+        # no bias: a constant per head would only shift every score of a target alike
+        self.lin_edge = Linear(self.edge_dim, H, bias=False) if self.edge_dim is not None else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -192,13 +205,15 @@ class LieSelfAttention(MessagePassing):
 
     # ----------------------------------------------------------------- forward
     def forward(self, x: Tensor, edge_index: Tensor, g: Tensor, invariants: Optional[Tensor] = None,
-                return_attention_weights: Optional[bool] = None, rel_log: Optional[Tensor] = None,
-                csr: Optional[CSRStructure] = None):
+                edge_attr: Optional[Tensor] = None, return_attention_weights: Optional[bool] = None,
+                rel_log: Optional[Tensor] = None, csr: Optional[CSRStructure] = None):
         """Attend over ``edge_index`` (row 0 = source ``j``, row 1 = target ``i``).
 
-        ``rel_log`` optionally passes ``group.relative_log(g, edge_index, one_sided_cut=True)``
-        ``(E, dim)`` and ``csr`` a :class:`CSRStructure` of ``edge_index``, both
-        precomputed once for a stack of layers on the same edges.
+        ``edge_attr (E, edge_dim)`` (only with ``edge_dim``; ``(E,)`` when ``edge_dim=1``) are
+        edge features in the order of ``edge_index``. ``rel_log`` optionally passes
+        ``group.relative_log(g, edge_index, one_sided_cut=True)`` ``(E, dim)`` and ``csr`` a
+        :class:`CSRStructure` of ``edge_index``, both precomputed once for a stack of layers on
+        the same edges.
         """
         given = edge_index
         checks.edge_index(edge_index)
@@ -212,12 +227,14 @@ class LieSelfAttention(MessagePassing):
                                      "; pass group.relative_log(g, edge_index, one_sided_cut=True)")
             if csr is not None:
                 csr.check(x.size(0), edge_index.size(1))
+        escore = edge_score(self.lin_edge, edge_attr, edge_index.size(1), x)  # (E, H) or None
         if not self._features_checked and checks._reads_values(x):
             self._features_checked = True
             self._warn_if_identical(x)
         mask = explain_mask(self, edge_index.size(1))
         if self.fused is not False and mask is None:
-            return self._forward_fused(x, edge_index, g, invariants, return_attention_weights, rel_log, csr, given)
+            return self._forward_fused(x, edge_index, g, invariants, return_attention_weights, rel_log, csr, given,
+                                       escore)
         H, D = self.heads, self.head_dim
         N = x.size(0)
         q = self.lin_q(x).view(N, H, D)
@@ -235,14 +252,15 @@ class LieSelfAttention(MessagePassing):
         else:
             cq = self.lcl_q(q.reshape(N, H * D))
             ck = self.lcl_k(k.reshape(N, H * D))
-        out = self.propagate(edge_index, cq=cq, ck=ck, v=v, loc=loc, edge_mask=mask, size=(N, N))
+        out = self.propagate(edge_index, cq=cq, ck=ck, v=v, loc=loc, escore=escore, edge_mask=mask, size=(N, N))
         out = self.lin_out(out.reshape(N, H * D))
         alpha, self._alpha = self._alpha, None
         if return_attention_weights:
             return out, (given, alpha)
         return out
 
-    def _forward_fused(self, x, edge_index, g, invariants, return_attention_weights, rel_log, csr, given):
+    def _forward_fused(self, x, edge_index, g, invariants, return_attention_weights, rel_log, csr, given,
+                       escore=None):
         H, D = self.heads, self.head_dim
         N = x.size(0)
         if csr is None:
@@ -260,9 +278,13 @@ class LieSelfAttention(MessagePassing):
         if self.invariant_dim > 0:
             loc = torch.cat([loc, invariants[dst], invariants[src]], dim=-1)
         loc = loc.to(x.dtype)
+        if escore is not None:  # heads first, in the sorted edge order
+            escore = (escore if perm is None else escore[perm]).t()
         if self._one_op_attention():  # scores, softmax and aggregation in one operator
-            kl = edge_mlp(self.loc_mlp, loc)  # (E, H), stored heads first
-            out, w = csr_softmax_attention(csr, q * (1.0 / math.sqrt(D)), k, v, kl.t())
+            kl = edge_mlp(self.loc_mlp, loc).t()  # (H, E)
+            if escore is not None:  # the edge term rides on the location scores
+                kl = (kl + escore).contiguous()
+            out, w = csr_softmax_attention(csr, q * (1.0 / math.sqrt(D)), k, v, kl)
             out, alpha = out.reshape(N, H * D), w.t()
         else:
             if self.content == "dot_product":
@@ -272,6 +294,8 @@ class LieSelfAttention(MessagePassing):
             # kc.t() leads the elementwise combination, so the scores keep its (H, E) memory
             # order, and the sorted-edge normalisation reduces along it
             score = self._score(kc.t(), loc).t()  # (H, E)
+            if escore is not None:
+                score = score + escore
             out, w = csr_edge_attention(csr, score, v, self.normalization, self.dropout, self.training)
             alpha = w.t()
         out = self.lin_out(out)
@@ -294,13 +318,15 @@ class LieSelfAttention(MessagePassing):
             return kc * kl
         return edge_mlp(self.combine_mlp, torch.cat([kc, kl], dim=-1))
 
-    def message(self, cq_i: Tensor, ck_j: Tensor, v_j: Tensor, loc: Tensor, edge_mask: Optional[Tensor],
-                index: Tensor, ptr: Optional[Tensor], size_i: Optional[int]) -> Tensor:
+    def message(self, cq_i: Tensor, ck_j: Tensor, v_j: Tensor, loc: Tensor, escore: Optional[Tensor],
+                edge_mask: Optional[Tensor], index: Tensor, ptr: Optional[Tensor], size_i: Optional[int]) -> Tensor:
         if self.content == "dot_product":
             kc = (cq_i * ck_j).sum(-1) / math.sqrt(self.head_dim)  # (E, H)
         else:
             kc = cq_i + ck_j  # (E, content_dim)
         score = self._score(kc, loc)
+        if escore is not None:
+            score = score + escore
         if edge_mask is None:
             w = edge_attention(score, index, size_i, normalization=self.normalization, ptr=ptr)  # (E, H)
         else:  # an explainer's mask, before the normalisation
@@ -341,4 +367,5 @@ class LieSelfAttention(MessagePassing):
                 f"group={self.group.name}, heads={self.heads}, content={self.content!r}, "
                 f"location={self.location!r}, combine={self.combine!r}, "
                 f"normalization={self.normalization!r}"
-                f"{', kernel_per_head=True' if self.kernel_per_head else ''})")
+                f"{', kernel_per_head=True' if self.kernel_per_head else ''}"
+                f"{'' if self.edge_dim is None else f', edge_dim={self.edge_dim}'})")

@@ -35,11 +35,12 @@ class LieTransformerBlock(Module):
         mlp_ratio: hidden width of the pointwise MLP is ``mlp_ratio * C``.
         dropout: dropout after attention and MLP (training only).
         **attention_kwargs: passed to :class:`LieSelfAttention` (``content``,
-            ``location``, ``combine``, ``normalization``, ``kernel_dim``, ...).
+            ``location``, ``combine``, ``normalization``, ``kernel_dim``, ``edge_dim``, ...).
 
     Shapes:
         ``x (N, C)``, ``edge_index (2, E)``, ``g (N, m, m)``,
-        ``invariants (N, k)`` or ``None`` -> ``(N, C)``.
+        ``invariants (N, k)`` or ``None``, ``edge_attr (E, edge_dim)`` (with ``edge_dim``)
+        -> ``(N, C)``.
     """
 
     def __init__(self, channels: int, group: Union[str, LieGroup] = "SE2", heads: int = 4,
@@ -64,9 +65,10 @@ class LieTransformerBlock(Module):
                 mod.reset_parameters()
 
     def forward(self, x: Tensor, edge_index: Tensor, g: Tensor,
-                invariants: Optional[Tensor] = None, rel_log: Optional[Tensor] = None,
-                csr=None) -> Tensor:
-        x = x + self.drop(self.attn(self.norm1(x), edge_index, g, invariants, rel_log=rel_log, csr=csr))
+                invariants: Optional[Tensor] = None, edge_attr: Optional[Tensor] = None,
+                rel_log: Optional[Tensor] = None, csr=None) -> Tensor:
+        x = x + self.drop(self.attn(self.norm1(x), edge_index, g, invariants, edge_attr=edge_attr,
+                                    rel_log=rel_log, csr=csr))
         return x + self.drop(self.mlp(self.norm2(x)))
 
     def __repr__(self) -> str:

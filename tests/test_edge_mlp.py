@@ -83,9 +83,9 @@ def test_fallbacks_run_the_module():
     small = _mlp(3, 8, 2, 3).double()
     xd = x.double()
     assert edge_mlp(small, xd, chunk=1000).grad_fn.name() == small(xd).grad_fn.name()
-    assert "edge_mlp" in edge_mlp(small, xd, chunk=8).grad_fn.name()
+    assert "pyg_lie_mlp" in edge_mlp(small, xd, chunk=8).grad_fn.name()
     # float32 goes to the operator at any size: its native kernel beats the module
-    assert "edge_mlp" in edge_mlp(small.float(), x, chunk=1000).grad_fn.name()
+    assert "pyg_lie_mlp" in edge_mlp(small.float(), x, chunk=1000).grad_fn.name()
 
 
 def test_custom_operators_pass_opcheck():
@@ -95,27 +95,24 @@ def test_custom_operators_pass_opcheck():
     mlp = _mlp(3, 8, 2, 3).to(D)
     params = [t for m in mlp[::2] for t in (m.weight, m.bias)]
     x = torch.randn(20, 3, dtype=D, requires_grad=True)
-    torch.library.opcheck(torch.ops.pyg_lie.edge_mlp, (x, params, 6))
+    torch.library.opcheck(torch.ops.pyg_lie.mlp, (x, params, False, 6))
     g = torch.randn(20, 2, dtype=D)
-    torch.library.opcheck(torch.ops.pyg_lie.edge_mlp_backward, (g, x.detach(), [p.detach() for p in params], 6, True))
+    torch.library.opcheck(torch.ops.pyg_lie.mlp_backward,
+                          (g, x.detach(), [p.detach() for p in params], False, True, 6))
 
 
-def test_compiled_matches_eager(monkeypatch):
+def test_compiled_matches_eager():
     """Under torch.compile the chunked operator is called as is (forward and backward kernels
     both run): same values and gradients."""
-    import pyg_lie.nn._edge_mlp as em
-    calls = []
-    for name in ("_chunked_forward", "_chunked_backward"):
-        fn = getattr(em, name)
-        monkeypatch.setattr(em, name, lambda *a, _fn=fn, _name=name: calls.append(_name) or _fn(*a))
+    from pyg_lie import ops
     torch.manual_seed(6)
     mlp = _mlp(3, 8, 2, 3).to(D)
     x = torch.randn(100, 3, dtype=D)
     ref = _grads(lambda t: edge_mlp(mlp, t, chunk=16), x, mlp)
     f = torch.compile(lambda t: edge_mlp(mlp, t, chunk=16), backend="aot_eager", fullgraph=True)
-    calls.clear()
+    ops.reset_dispatch_counts()
     got = _grads(f, x, mlp)
-    assert calls == ["_chunked_forward", "_chunked_backward"]
+    assert ops.dispatch_counts() == {("mlp", "chunked"): 1, ("mlp_backward", "chunked"): 1}
     for a, b in zip(ref, got):
         assert torch.allclose(a, b, rtol=1e-12, atol=1e-13)
 
@@ -192,10 +189,10 @@ def test_headwise_gradcheck_double_backward_and_opcheck():
     f = lambda x, *p: _headwise_op(x, list(p), 4)  # noqa: E731
     assert gradcheck(f, (x, *params))
     assert gradgradcheck(f, (x, *params))
-    torch.library.opcheck(torch.ops.pyg_lie.headwise_edge_mlp, (x, params, 4))
+    torch.library.opcheck(torch.ops.pyg_lie.mlp, (x, params, True, 4))
     g = torch.randn(2, 11, dtype=D)
-    torch.library.opcheck(torch.ops.pyg_lie.headwise_edge_mlp_backward,
-                          (g, x.detach(), [p.detach() for p in params], 4, True))
+    torch.library.opcheck(torch.ops.pyg_lie.mlp_backward,
+                          (g, x.detach(), [p.detach() for p in params], True, True, 4))
 
 
 def test_headwise_compiled_matches_eager():
@@ -205,6 +202,6 @@ def test_headwise_compiled_matches_eager():
     ref = _grads(lambda t: edge_mlp(m, t, chunk=64), x, m)
     f = torch.compile(lambda t: edge_mlp(m, t, chunk=64), backend="aot_eager", fullgraph=True)
     got = _grads(f, x, m)
-    assert "headwise" in str(torch._dynamo.explain(lambda t: edge_mlp(m, t, chunk=64))(x).graphs[0].code)
+    assert "pyg_lie.mlp" in str(torch._dynamo.explain(lambda t: edge_mlp(m, t, chunk=64))(x).graphs[0].code)
     for a, b in zip(ref, got):
         assert torch.allclose(a, b, rtol=1e-12, atol=1e-13)

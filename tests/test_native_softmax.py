@@ -1,11 +1,13 @@
-"""The native segment softmax (``segment_softmax.c``) against float64 and torch's segment path."""
+"""The native segment softmax (``segment_softmax.c``, the CPU kernel of ``pyg_lie::segment_softmax``)
+against float64 and the composite segment path."""
 import math
 
 import pytest
 import torch
 
-from pyg_lie.nn import _native
-from pyg_lie.nn.attention_core import _SortedSoftmax, edge_attention
+from pyg_lie import ops
+from pyg_lie.nn.attention_core import edge_attention
+from pyg_lie.ops import _native
 
 EPS32 = 2.0 ** -23
 
@@ -136,9 +138,11 @@ def test_edge_attention_native_equals_torch_path(monkeypatch, heads_first):
 def test_float64_and_several_columns_take_torch(monkeypatch):
     calls = _calls(monkeypatch)
     ptr, index = _segments([3, 5])
-    w = _SortedSoftmax.apply(torch.randn(2, 8, dtype=torch.float64), index, ptr, 1)
+    w = ops.segment_softmax(torch.randn(2, 8, dtype=torch.float64), ptr, 1)
     assert torch.allclose(w.sum(1), torch.full((2,), 2.0, dtype=torch.float64))
-    _SortedSoftmax.apply(torch.randn(8, 2), index, ptr, 0)  # (E, H) contiguous: edges not contiguous
+    s = torch.randn(8, 2)
+    w = ops.segment_softmax(s, ptr, 0)  # (E, H) contiguous: edges not contiguous
     assert calls == []
-    _SortedSoftmax.apply(torch.randn(8, 1), index, ptr, 0)
+    ops.segment_softmax(torch.randn(8, 1), ptr, 0)
     assert calls == [1]
+    assert torch.allclose(w, ops.segment_softmax(s.t().contiguous(), ptr, 1).t())  # the native rows

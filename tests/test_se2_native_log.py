@@ -1,4 +1,5 @@
-"""SE(2) relative logarithms by the native kernel (``se2_log.c``) against float64 and the torch path."""
+"""SE(2) relative logarithms by the native kernel (``se2_log.c``, the CPU kernel of the operator
+``pyg_lie::se2_relative_log``) against float64 and the composite path."""
 import math
 
 import pytest
@@ -6,17 +7,27 @@ import torch
 
 from pyg_lie.groups import get_group
 from pyg_lie.groups.base import homogeneous
-from pyg_lie.nn import _native
+from pyg_lie import ops
 
 EPS32 = 2.0 ** -23
 SE2 = get_group("SE2")
 
 
+class _NativeCalls:
+    """How often the operator ran its native kernel since made (from ``ops.dispatch_counts``)."""
+
+    def __init__(self):
+        ops.reset_dispatch_counts()
+
+    def __len__(self):
+        return ops.dispatch_counts().get(("se2_relative_log", "native"), 0)
+
+    def __bool__(self):
+        return len(self) > 0
+
+
 def _counted(monkeypatch):
-    calls = []
-    real = _native.se2_relative_log
-    monkeypatch.setattr(_native, "se2_relative_log", lambda *a: calls.append(1) or real(*a))
-    return calls
+    return _NativeCalls()
 
 
 def _elements(n, gen, angle_scale=2.0, shift_scale=4.0):
@@ -119,18 +130,23 @@ def test_native_cut_matches_torch_float32(monkeypatch):
     assert _row_error(native, torch_path.double()) <= 8
 
 
-def test_gradients_and_other_inputs_take_the_torch_path(monkeypatch):
+def test_gradients_differentiate_the_composite_and_float64_is_composite(monkeypatch):
+    """float32 elements that need a gradient run the native forward; the backward differentiates
+    the composite formulation (twice: gradcheck of the gradient in float64)."""
     gen = torch.Generator().manual_seed(5)
     g = _elements(10, gen)
     ei = torch.randint(0, 10, (2, 30), generator=gen)
     calls = _counted(monkeypatch)
     gg = g.clone().requires_grad_()
-    SE2.relative_log(gg, ei).sum().backward()
-    assert gg.grad is not None and torch.isfinite(gg.grad).all()
-    SE2.relative_log(g.double(), ei)
-    with torch.no_grad():
-        SE2.relative_log(gg, ei)  # no gradient asked for: native
+    SE2.relative_log(gg, ei, one_sided_cut=True).pow(2).sum().backward()
     assert len(calls) == 1
+    gd = g.double().requires_grad_()
+    SE2.relative_log(gd, ei, one_sided_cut=True).pow(2).sum().backward()
+    assert len(calls) == 1  # float64: the composite implementation
+    assert torch.allclose(gg.grad.double(), gd.grad, rtol=1e-3, atol=1e-3)
+    w = torch.randn(30, 3, dtype=torch.float64, generator=gen)
+    assert torch.autograd.gradcheck(lambda x: SE2.relative_log(x, ei) * w, (g.double().requires_grad_(),))
+    assert torch.autograd.gradgradcheck(lambda x: SE2.relative_log(x, ei) * w, (g.double().requires_grad_(),))
 
 
 def test_out_of_range_index_raises_as_the_torch_path(monkeypatch):

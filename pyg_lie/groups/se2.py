@@ -8,24 +8,10 @@ import torch
 from torch import Tensor
 
 from .. import _checks
-from .._gather import select
+from .. import ops
 from ._safe import cosc, half_cot_half, sinc
 from .base import CUT_TOL, ROTATION_CHORD, LieGroup, LogNormEmbedding, batch_shape, homogeneous, rot2
 from .so2 import SQRT2, planar_one_sided_cut
-
-
-def _native_relative_log(g: Tensor, edge_index: Tensor, one_sided_cut: bool) -> Optional[Tensor]:
-    """:meth:`SE2.relative_log` by the native kernel (``pyg_lie/nn/_native/se2_log.c``) for
-    float32 CPU elements without gradient, outside ``torch.compile``; ``None`` otherwise (and
-    for out-of-range indices), for the torch formulation."""
-    if g.dtype != torch.float32 or g.device.type != "cpu" or edge_index.device.type != "cpu":
-        return None
-    if (g.requires_grad and torch.is_grad_enabled()) or torch.compiler.is_compiling():
-        return None
-    from ..nn import _native
-    if not _native.available():
-        return None
-    return _native.se2_relative_log(g, edge_index, -math.pi + CUT_TOL[torch.float32] if one_sided_cut else None)
 
 
 class SE2(LieGroup):
@@ -93,18 +79,8 @@ class SE2(LieGroup):
         self._check_mat(g, "g")
         _checks.edge_index(edge_index)
         edge_index = _checks.plain_index("edge_index", edge_index)
-        xi = _native_relative_log(g, edge_index, one_sided_cut)  # checks the range itself
-        if xi is not None:
-            return xi
-        _checks.index_range("edge_index", edge_index, g.shape[0])
-        rows = g[:, :2, :].reshape(g.shape[0], 6).t().contiguous()  # (6, N): R00 R01 t0 R10 R11 t1
-        a00, a01, a02, a10, a11, a12 = select(rows, 1, edge_index[1])  # target i
-        b00, b01, b02, b10, b11, b12 = select(rows, 1, edge_index[0])  # source j
-        cos2 = a00 * b00 + a10 * b10 + a01 * b01 + a11 * b11
-        sin2 = (a01 * b00 + a11 * b10) - (a00 * b01 + a10 * b11)
-        d0, d1 = b02 - a02, b12 - a12
-        xi = self._log_coords(torch.atan2(sin2, cos2), a00 * d0 + a10 * d1, a01 * d0 + a11 * d1)
-        return self.one_sided_cut(xi) if one_sided_cut else xi
+        cut = -math.pi + CUT_TOL.get(g.dtype, 1e-4) if one_sided_cut else None
+        return ops.se2_relative_log(g, edge_index, cut)  # checks the index range
 
     def one_sided_cut(self, xi: Tensor) -> Tensor:
         return planar_one_sided_cut(xi, 2)

@@ -1,21 +1,16 @@
 """Fused edge products on CSR graphs: SDDMM and SpMM with exact first and second derivatives.
 
 ``sddmm(A, B)`` gives ``s_e = A[dst_e] . B[src_e]`` and ``spmm(w, V)`` gives
-``out_i = sum_{e: dst_e = i} w_e V[src_e]`` without materialising any ``(E, D)``
-tensor (on CPU in float32/float64 the native kernels of ``_native/csr_products.c``, one
-pass for all heads; otherwise torch's ``sparse.sampled_addmm`` / ``sparse.mm``). Their
-backward passes are written with the same two operations, so double backward
-(gradients of gradients, needed by Hamiltonian models) works as well.
-
-Both are registered as custom operators (``torch.ops.pyg_lie.csr_sddmm`` and
-``csr_spmm``, :func:`torch.library.custom_op`) with their autograd formulas, so
-``torch.compile`` calls these kernels as they are, without a graph break; left to
+``out_i = sum_{e: dst_e = i} w_e V[src_e]``: the operators ``torch.ops.pyg_lie.csr_sddmm`` and
+``csr_spmm`` of :mod:`pyg_lie.ops.sparse` (on CPU one native pass for all heads, without
+materialising any ``(E, D)`` tensor). Their backward passes are written with the same two
+operations, so double backward (gradients of gradients, needed by Hamiltonian models) works
+as well, and ``torch.compile`` calls them as they are, without a graph break; left to
 itself, inductor would turn the gathers and scatters of ``(E, D)`` features into
 element-wise atomic loops (a compiled block's backward several times slower than eager).
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
@@ -23,11 +18,11 @@ import torch
 from torch import Tensor
 
 from .. import _checks as checks
-from .._gather import select
 from .._sort import argsort_keys
 from ..groups.base import _is_compiling
-from . import _native
-from ._autocast import float32_under_autocast
+from ..ops import graph as _graph
+from ..ops.sparse import _sddmm_op, _spmm_op, _spmm_permuted_op
+from ..ops.sparse import transposed_spmm as _transposed_spmm
 
 __all__ = ["CSRStructure", "sddmm", "spmm", "csr_scores", "csr_aggregate", "to_edge_order"]
 
@@ -134,9 +129,8 @@ class CSRStructure:
         checks.edge_index(edge_index)
         edge_index = checks.plain_index("edge_index", edge_index)
         src, dst = edge_index[0], edge_index[1]
-        scanned = None
-        if not compiling and dst.device.type == "cpu" and _native.available():
-            scanned = _native.csr_scan(src, dst, num_nodes)  # edges sorted and in range: one pass in C
+        # edges sorted and in range: one pass (degree and complete depend on the data: not traced)
+        scanned = None if compiling else _graph.csr_scan(src, dst, num_nodes)
         perm = None
         if scanned is None:
             checks.index_range("edge_index", edge_index, num_nodes)
@@ -161,132 +155,10 @@ class CSRStructure:
             return self.crow, self.col, None, None, None, None
         if self.perm_t is not None:
             return self.crow, self.col, self.crow_t, self.col_t, self.perm_t, self.iperm_t
-        native = None
-        if not _is_compiling() and self.col.device.type == "cpu" and _native.available():
-            native = _native.csr_transpose(self.crow, self.col)  # one counting sort in C
-        if native is not None:
-            crow_t, col_t, perm_t, iperm_t = native
-        else:
-            perm_t = argsort_keys(self.col)[1]  # (src, dst) order: stable, and the edges are in dst order
-            iperm_t = torch.empty_like(perm_t).index_copy_(0, perm_t, torch.arange(perm_t.numel(),
-                                                                                    device=perm_t.device))
-            crow_t = _row_pointer(self.col.index_select(0, perm_t), self.num_nodes)
-            col_t = self.row.index_select(0, perm_t)
+        crow_t, col_t, perm_t, iperm_t = _graph.csr_transpose(self.crow, self.col)
         if not _is_compiling():
             self.perm_t, self.iperm_t, self.crow_t, self.col_t = perm_t, iperm_t, crow_t, col_t
         return self.crow, self.col, crow_t, col_t, perm_t, iperm_t
-
-
-def _csr(crow: Tensor, col: Tensor, values: Tensor) -> Tensor:
-    n = crow.numel() - 1
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
-        return torch.sparse_csr_tensor(crow, col, values, (n, n))
-
-
-def _transposed(p: Parts) -> Tuple[Parts, Tensor]:
-    """The transposed pattern's arguments and ``perm_t``, which reorders values of ``p``'s
-    edges into the transposed order."""
-    crow, col, crow_t, col_t, perm_t, iperm_t = p
-    if perm_t is None:
-        raise RuntimeError("the transposed CSR pattern was not built; call the op through "
-                           "pyg_lie.nn._sparse_ops.sddmm / spmm, which build it when a gradient needs it")
-    return (crow_t, col_t, crow, col, iperm_t, perm_t), perm_t
-
-
-# Multi-head operators (one call for all heads keeps the dispatch overhead of small graphs
-# low): ``A, B (N, H, D)`` -> ``(H, E)`` and ``w (H, E), V (N, H, Dv)`` -> ``(N, H, Dv)``.
-@torch.library.custom_op("pyg_lie::csr_sddmm", mutates_args=())
-def _sddmm_op(A: Tensor, B: Tensor, crow: Tensor, col: Tensor, crow_t: Optional[Tensor],
-              col_t: Optional[Tensor], perm_t: Optional[Tensor], iperm_t: Optional[Tensor]) -> Tensor:
-    if _native.csr_supported(A, B):
-        return _native.csr_sddmm(A, B, crow, col)
-    H, E = A.shape[1], col.numel()
-    out = A.new_empty(H, E)
-    if E == 0:
-        return out
-    pattern = _csr(crow, col, A.new_zeros(E))
-    for h in range(H):
-        out[h] = torch.sparse.sampled_addmm(pattern, A[:, h].contiguous(), B[:, h].t().contiguous(),
-                                            beta=0.0).values()
-    return out
-
-
-@_sddmm_op.register_fake
-def _(A, B, crow, col, crow_t, col_t, perm_t, iperm_t):
-    return A.new_empty(A.shape[1], col.shape[0])
-
-
-@torch.library.custom_op("pyg_lie::csr_spmm", mutates_args=())
-def _spmm_op(w: Tensor, V: Tensor, crow: Tensor, col: Tensor, crow_t: Optional[Tensor],
-             col_t: Optional[Tensor], perm_t: Optional[Tensor], iperm_t: Optional[Tensor]) -> Tensor:
-    if _native.csr_supported(w, V):
-        return _native.csr_spmm(w, V, crow, col)
-    N, H, Dv = crow.numel() - 1, V.shape[1], V.shape[2]
-    if w.shape[1] == 0:
-        return V.new_zeros(N, H, Dv)
-    out = V.new_empty(N, H, Dv)
-    for h in range(H):
-        out[:, h] = torch.sparse.mm(_csr(crow, col, w[h].contiguous()), V[:, h].contiguous())
-    return out
-
-
-@_spmm_op.register_fake
-def _(w, V, crow, col, crow_t, col_t, perm_t, iperm_t):
-    return V.new_empty(crow.shape[0] - 1, V.shape[1], V.shape[2])
-
-
-def _save(ctx, inputs, output) -> None:
-    ctx.save_for_backward(*inputs)
-
-
-# SpMM on a transposed pattern with weights in the original edge order, for the backward
-# passes: the native kernel reads them through the permutation instead of gathering them
-# (a random gather of (H, E) floats per backward). No autograd formula: called only where no
-# gradient is recorded (a double backward takes the differentiable gather and _spmm_op).
-@torch.library.custom_op("pyg_lie::csr_spmm_permuted", mutates_args=())
-def _spmm_permuted_op(w: Tensor, wperm: Tensor, V: Tensor, crow_t: Tensor, col_t: Tensor) -> Tensor:
-    if _native.csr_supported(w, V):
-        return _native.csr_spmm(w, V, crow_t, col_t, wperm=wperm)
-    return _spmm_op(select(w, 1, wperm), V, crow_t, col_t, None, None, None, None)
-
-
-@_spmm_permuted_op.register_fake
-def _(w, wperm, V, crow_t, col_t):
-    return V.new_empty(crow_t.shape[0] - 1, V.shape[1], V.shape[2])
-
-
-def _transposed_spmm(w: Tensor, V: Tensor, p) -> Tensor:
-    """SpMM on the transposed pattern of ``p`` with weights ``w (H, E)`` in ``p``'s edge order."""
-    pt, perm_t = _transposed(p)
-    if not torch.is_grad_enabled():
-        return _spmm_permuted_op(w, perm_t, V, pt[0], pt[1])
-    return _spmm_op(select(w, 1, perm_t), V, *pt)
-
-
-def _sddmm_backward(ctx, g: Tensor):
-    A, B, *p = ctx.saved_tensors
-    gA = gB = None
-    if ctx.needs_input_grad[0]:
-        gA = _spmm_op(g, B, *p)
-    if ctx.needs_input_grad[1]:
-        gB = _transposed_spmm(g, A, p)
-    return gA, gB, None, None, None, None, None, None
-
-
-def _spmm_backward(ctx, g: Tensor):
-    w, V, *p = ctx.saved_tensors
-    gw = gV = None
-    if ctx.needs_input_grad[0]:
-        gw = _sddmm_op(g, V, *p)
-    if ctx.needs_input_grad[1]:
-        gV = _transposed_spmm(w, g, p)
-    return gw, gV, None, None, None, None, None, None
-
-
-_sddmm_op.register_autograd(_sddmm_backward, setup_context=_save)
-_spmm_op.register_autograd(_spmm_backward, setup_context=_save)
-float32_under_autocast(_sddmm_op, _spmm_op, _spmm_permuted_op)
 
 
 def _needs_transpose(*ts: Tensor) -> bool:

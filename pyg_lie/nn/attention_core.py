@@ -17,7 +17,6 @@ from .. import _checks as checks
 from .. import ops
 from .._gather import select
 from ..groups.base import _is_compiling
-from . import _native
 from ._autocast import float32_under_autocast
 from ._sparse_ops import CSRStructure, _sddmm_op, _spmm_op, _transposed_spmm, csr_aggregate, csr_scores
 
@@ -44,7 +43,7 @@ def edge_attention(
             LieTransformer's choice for Hamiltonian dynamics).
         ptr: ``(num_nodes + 1,)`` CSR pointer of the targets when the edges are sorted
             by target (``index`` non-decreasing); then the reductions are segment
-            reductions instead of scatters (see :class:`_SortedSoftmax`).
+            reductions instead of scatters (the operator :func:`pyg_lie.ops.segment_softmax`).
         degree: with ``ptr``, the common in-degree ``K > 0`` of every target: the
             normalisation is then a dense one over ``(H, num_nodes, K)`` (no scatter; a
             view when ``score`` is an ``(E, H)`` view of heads-first storage).
@@ -103,67 +102,6 @@ def dense_edge_attention(score: Tensor, dim: int = 1, normalization: str = "soft
     raise ValueError(f"normalization must be 'softmax' or 'constant' (alias 'mean'), got {normalization!r}")
 
 
-class _SortedSoftmax(torch.autograd.Function):
-    r"""Softmax over segments of target-sorted edges, ``score (E, H)`` or ``(H, E)``
-    (edges along ``axis``), with the closed-form backward
-    ``ds = w (g - sum_{j in N(i)} g_j w_j)``.
-
-    Segment max and sums (``torch.segment_reduce`` on the CSR pointer) replace the
-    scatters of the generic path, and the backward is three elementwise passes
-    and one segment sum instead of autograd through five scatter/gather ops
-    (about half the time forward + backward). The max shift keeps every ``exp`` at most 1 and every segment sum
-    at least 1, so no NaN for finite scores. For float32 on CPU (outside ``torch.compile``)
-    the native kernel of ``_native/segment_softmax.c`` does each pass in one task per
-    segment, with the segment in L1 (several times faster than ``segment_reduce``). ``segment_reduce``
-    has no double backward, so when a differentiable backward is asked for
-    (``create_graph``) the gradient is recomputed from the scatter softmax under autograd
-    instead.
-    """
-
-    @staticmethod
-    def forward(ctx, score: Tensor, index: Tensor, ptr: Tensor, axis: int) -> Tensor:
-        rows = _segment_rows(score, axis)
-        w = _native.segment_softmax(rows, ptr) if rows is not None else None
-        ctx.axis, ctx.native = axis, w is not None
-        if w is not None:
-            w = w.view_as(score)
-            ctx.save_for_backward(score, w, index, ptr)
-            return w
-        offsets = ptr if axis == 0 else ptr.expand(score.shape[0], ptr.numel()).contiguous()
-        m = torch.segment_reduce(score, "max", offsets=offsets, axis=axis, unsafe=True)
-        e = (score - select(m, axis, index)).exp_()
-        z = torch.segment_reduce(e, "sum", offsets=offsets, axis=axis, unsafe=True)
-        w = e.div_(select(z, axis, index))
-        ctx.save_for_backward(score, w, index, offsets)
-        return w
-
-    @staticmethod
-    def backward(ctx, g: Tensor):
-        score, w, index, offsets = ctx.saved_tensors  # offsets: ptr on the native path
-        axis = ctx.axis
-        if torch.is_grad_enabled():  # create_graph=True: differentiable recomputation
-            n = offsets.shape[-1] - 1
-            w = softmax(score, index, num_nodes=n, dim=axis)
-            t = scatter(g * w, index, dim=axis, dim_size=n, reduce="sum")
-            return w * (g - select(t, axis, index)), None, None, None
-        if ctx.native:
-            rows = _segment_rows(w, axis)
-            return _native.segment_softmax_backward(_segment_rows(g.contiguous(), axis), rows,
-                                                    offsets).view_as(w), None, None, None
-        gw = g * w
-        t = torch.segment_reduce(gw, "sum", offsets=offsets, axis=axis, unsafe=True)
-        return gw.sub_(w * select(t, axis, index)), None, None, None
-
-
-def _segment_rows(t: Tensor, axis: int) -> Optional[Tensor]:
-    """``t`` as the ``(R, E)`` rows of :func:`_native.segment_softmax` (edges along ``axis``, a
-    contiguous one), or ``None`` where the native kernel does not apply (another dtype or
-    device, under ``torch.compile``, several columns along axis 0, no native kernels)."""
-    if _is_compiling() or not (axis == 1 or t.shape[1] == 1) or not _native.segment_softmax_supported(t):
-        return None
-    return t if axis == 1 else t.view(1, -1)
-
-
 def _sorted_edge_attention(score: Tensor, index: Tensor, ptr: Tensor, normalization: str) -> Tensor:
     """:func:`edge_attention` on target-sorted edges with CSR pointer ``ptr``; works in
     the memory order of ``score``: an ``(E, H)`` view of ``(H, E)`` storage (heads-first
@@ -177,7 +115,7 @@ def _sorted_edge_attention(score: Tensor, index: Tensor, ptr: Tensor, normalizat
         s = s.contiguous()
     axis = 1 if heads_first else 0
     if normalization == "softmax":
-        w = _SortedSoftmax.apply(s, index, ptr, axis)
+        w = ops.segment_softmax(s, ptr, axis)
     elif normalization in ("mean", "constant"):
         inv = 1.0 / (ptr[1:] - ptr[:-1]).clamp(min=1).to(s.dtype)
         w = s * inv.index_select(0, index).unsqueeze(0 if heads_first else 1)
@@ -256,18 +194,12 @@ def csr_softmax_attention(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: T
         \qquad \mathrm{out}_{i,h} = \sum_{e = (j \to i)} w_{h,e}\, v_{j,h}
 
     for ``q, k, v (N, H, D)`` and location scores ``l (H, E)`` in sorted edge order.
-    Returns ``(out (N, H, D), w (H, E))``. On CPU in float32 with ``D`` a multiple of 8
-    (outside ``torch.compile``, graphs that are not complete clouds) one native kernel
-    (``csr_attention_f32`` of ``_native/csr_products.c``) does the SDDMM, the softmax and
-    the SpMM row by row, and its backward two passes, with the same arithmetic in the same
-    order as the unfused path, so the results agree to the bit (where in-degrees differ;
-    with a uniform in-degree the unfused path's dense softmax agrees to rounding).
-    Elsewhere, and for gradients of gradients, the unfused operators
-    (:func:`~._sparse_ops.csr_scores`, :func:`csr_edge_attention`) compute it.
-
-    On CUDA, and on any device when a backend is selected with
-    :func:`pyg_lie.ops.set_backend` (or ``PYG_LIE_BACKEND``), the operator
-    :func:`pyg_lie.ops.csr_softmax_attention` runs instead (Triton kernels on CUDA).
+    Returns ``(out (N, H, D), w (H, E))``. This is the operator
+    :func:`pyg_lie.ops.csr_softmax_attention` (on CPU one native kernel does the SDDMM, the
+    softmax and the SpMM row by row, and its backward two passes; Triton kernels on CUDA),
+    except for complete clouds (all pairs within equal-size clouds), whose scores are the
+    blocks of batched matrix products, and under ``torch.compile``, where the unfused
+    operators (:func:`~._sparse_ops.csr_scores`, :func:`csr_edge_attention`) compute it.
     """
     if not _is_compiling():  # (evaluating the sizes alone broke guards of dynamic shapes)
         s.check(q.shape[0], s.col.numel())
@@ -275,48 +207,15 @@ def csr_softmax_attention(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: T
             raise ValueError(f"the location scores must have shape (H, E) = {(q.shape[1], s.col.numel())}, one "
                              f"per head and edge of the structure, got {tuple(l.shape)} (location features of "
                              f"another length, e.g. a rel_log that is not of these edges?)")
-    if ops.serves(q):
-        return ops.csr_softmax_attention(s, q, k, v, l)
-    if not _is_compiling() and not s.complete and _native.csr_attention_supported(q, k, v, l):
-        return _CSRSoftmaxAttention.apply(q, k, v, l, s)
-    return _unfused_csr_attention(s, q, k, v, l)
+    if _is_compiling() or (s.complete and not ops.serves(q)):
+        # complete clouds: batched dense products; traced: the unfused operators, which trace as they are
+        return _unfused_csr_attention(s, q, k, v, l)
+    return ops.csr_softmax_attention(s, q, k, v, l)
 
 
 def _unfused_csr_attention(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: Tensor) -> Tuple[Tensor, Tensor]:
     out, w = csr_edge_attention(s, csr_scores(s, q, k) + l, v)
     return out.view(v.shape), w
-
-
-class _CSRSoftmaxAttention(torch.autograd.Function):
-    """:func:`csr_softmax_attention` by the native kernels; the backward recomputes nothing
-    (it reads the forward's weights). When a differentiable gradient is asked for
-    (``create_graph``), :func:`_csr_attention_grad` writes the same gradient with the
-    differentiable SDDMM / SpMM operators instead."""
-
-    @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, l: Tensor, s: CSRStructure):
-        res = _native.csr_attention(q, k, v, l, s.crow, s.col)
-        if res is None:
-            raise RuntimeError("csr_softmax_attention: the structure's row pointer does not match its edges")
-        out, w = res
-        ctx.s = s
-        ctx.set_materialize_grads(False)
-        ctx.save_for_backward(q, k, v, l, w)
-        return out, w
-
-    @staticmethod
-    def backward(ctx, g: Optional[Tensor], gw: Optional[Tensor]):
-        q, k, v, l, w = ctx.saved_tensors
-        s = ctx.s
-        if g is None and gw is None:
-            return None, None, None, None, None
-        if torch.is_grad_enabled():  # create_graph=True: the closed form with differentiable ops
-            return (*_csr_attention_grad(s, q, k, v, l, g, gw, ctx.needs_input_grad[:4]), None)
-        _, _, crow_t, col_t, perm_t, _ = s.parts(True)
-        if g is None:
-            g = torch.zeros_like(q)
-        gq, gk, gv, gl = _native.csr_attention_backward(q, k, v, w, g, gw, s.crow, s.col, crow_t, col_t, perm_t)
-        return gq, gk, gv, gl, None
 
 
 def _csr_attention_grad(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: Tensor, g: Optional[Tensor],

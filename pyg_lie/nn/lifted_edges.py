@@ -34,7 +34,7 @@ from .. import _checks
 from .._checks import batch_vector, nonnegative_float, optional_length, positive_int
 from .._sort import argsort_keys
 from ..groups import LieGroup
-from . import _native
+from ..ops import graph as _graph
 
 __all__ = ["full_graph", "base_graph", "expand_edges", "subsample_edges", "threshold_edges",
            "lifted_edges"]
@@ -66,17 +66,7 @@ def full_graph(batch: Tensor, loop: bool = True) -> Tensor:
         raise ValueError("batch must be sorted (graphs stored contiguously, the PyG convention)")
     counts = torch.unique_consecutive(batch, return_counts=True)[1]
     ptr = _pointer(counts)  # first node of every graph, and N
-    if device.type == "cpu" and _native.available():  # one pass in C
-        ei = _native.complete_edges(ptr)
-    else:
-        start = ptr[:-1]
-        node_count = counts.repeat_interleave(counts)  # n_b of every node's graph
-        node_start = start.repeat_interleave(counts)
-        dst = torch.arange(N, device=device).repeat_interleave(node_count)
-        offset = _pointer(node_count)[:-1]
-        local = torch.arange(dst.numel(), device=device) - offset.repeat_interleave(node_count)
-        src = node_start.repeat_interleave(node_count) + local
-        ei = torch.stack([src, dst])
+    ei = _graph.complete_edges(ptr)
     if not loop:
         ei = ei[:, ei[0] != ei[1]]
     return ei
@@ -115,7 +105,6 @@ def expand_edges(edge_index: Tensor, num_points: int, K: int) -> Tensor:
     if K == 1:
         return edge_index
     src, dst = edge_index
-    device = edge_index.device
     E = src.numel()
     if E == 0:
         return edge_index.new_empty(2, 0)
@@ -124,19 +113,7 @@ def expand_edges(edge_index: Tensor, num_points: int, K: int) -> Tensor:
                          "torch_geometric.utils.sort_edge_index(edge_index, sort_by_row=False)")
     deg = torch.bincount(dst, minlength=num_points)
     ptr = _pointer(deg)  # first base edge of each target, and E
-    if device.type == "cpu" and _native.available():  # one pass in C
-        return _native.expand_edges(ptr, src, K)
-    # each base target i owns a block of K * deg_i * K lifted edges, laid out (a, e, b)
-    block = deg * K * K
-    total = int(block.sum())
-    owner = torch.arange(num_points, device=device).repeat_interleave(block)
-    local = torch.arange(total, device=device) - _pointer(block)[owner]
-    row = deg[owner] * K  # entries per lifted target
-    a = torch.div(local, row, rounding_mode="floor")
-    rem = local - a * row
-    e = ptr[owner] + torch.div(rem, K, rounding_mode="floor")
-    b = rem % K
-    return torch.stack([src[e] * K + b, dst[e] * K + a])
+    return _graph.expand_edges(ptr, src, K)
 
 
 def subsample_edges(edge_index: Tensor, num_nodes: int, k: int,

@@ -75,7 +75,9 @@ def backend(name: str) -> Iterator[str]:
 def dispatch_counts() -> Dict[Tuple[str, str], int]:
     """How often each operator ran on each backend since the last :func:`reset_dispatch_counts`:
     ``{(operator, backend): calls}``, for example ``{("csr_attention", "triton"): 2}``. A
-    backward operator counts under its own name (``"csr_attention_backward"``)."""
+    backward operator counts under its own name (``"csr_attention_backward"``). Besides the
+    selectable backends, ``"chunked"`` counts the edge MLP's blocked torch kernels, which run
+    on CPU where the native kernel declines the inputs."""
     with _lock:
         return dict(_counts)
 
@@ -116,19 +118,21 @@ def serves(x: torch.Tensor) -> bool:
 
 
 def _native_module():
-    """:mod:`pyg_lie.nn._native`, imported at call time (the layers import this package)."""
-    from ..nn import _native
+    """:mod:`pyg_lie.ops._native`, the native CPU kernels."""
+    from . import _native
     return _native
 
 
-def choose(op: str, device: torch.device, native_ok, triton_ok) -> str:
+def choose(op: str, device: torch.device, native_ok, triton_ok, cpu_fallback: str = "composite") -> str:
     """The backend that runs ``op`` on ``device`` under the current selection, counted.
-    ``native_ok`` / ``triton_ok``: callables saying whether those kernels take the inputs."""
+    ``native_ok`` / ``triton_ok``: callables saying whether those kernels take the inputs;
+    ``cpu_fallback``: what runs on CPU where the native kernel declines them (``"chunked"``:
+    the edge MLP's blocked torch kernels)."""
     sel = _current
     if sel == "auto":
         sel = "triton" if device.type == "cuda" else "native"
     if sel == "native" and not (device.type == "cpu" and native_ok()):
-        sel = "composite"
+        sel = cpu_fallback if device.type == "cpu" else "composite"
     elif sel == "triton" and not (device.type in ("cpu", "cuda") and triton_available() and triton_ok()):
         sel = "composite"
     _count(op, sel)

@@ -56,6 +56,8 @@ def same_device(**ts: Optional[Tensor]) -> torch.device:
 
 def autocasting(device: torch.device) -> bool:
     """True inside ``torch.autocast`` for ``device`` (the operators then cast to float32)."""
+    if device.type not in ("cpu", "cuda"):
+        return False  # (meta tensors: torch knows no autocast state for them)
     try:
         return torch.is_autocast_enabled(device.type)
     except TypeError:  # torch without the device argument

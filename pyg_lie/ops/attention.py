@@ -83,6 +83,39 @@ def _native_forward_ok(q, k, v, l, b) -> bool:
             and nat.csr_attention_supported(q, k, v, l))
 
 
+def _native_unfused_ok(q, k, v, *ts) -> bool:
+    """The native CSR products take the inputs (float32 or float64 on CPU) where the fused
+    kernel does not (another dtype, a head width that is no multiple of 8)."""
+    nat = _backend._native_module()
+    return k.shape[0] == q.shape[0] and nat.available() and nat.csr_supported(q, k, v, *ts)
+
+
+def _native_softmax(s: Tensor, crow: Tensor) -> Tensor:
+    nat = _backend._native_module()
+    w = nat.segment_softmax(s, crow) if nat.segment_softmax_supported(s) else None
+    return _segment_softmax(s, rows_of(crow, s.shape[1]), crow.numel() - 1) if w is None else w
+
+
+def _native_unfused_forward(q, k, v, l, crow, col) -> Tuple[Tensor, Tensor]:
+    nat = _backend._native_module()
+    w = _native_softmax(nat.csr_sddmm(q, k, crow, col).add_(l), crow)
+    return nat.csr_spmm(w, v, crow, col), w
+
+
+def _native_unfused_backward(q, k, v, w, g, gw, crow, col, crow_t, col_t, perm_t):
+    nat = _backend._native_module()
+    dw = nat.csr_sddmm(g, v, crow, col)
+    if gw is not None:
+        dw += gw
+    wd = w * dw
+    delta = torch.zeros(w.shape[0], q.shape[0], dtype=w.dtype).index_add_(1, rows_of(crow, col.numel()), wd)
+    ds = wd.sub_(w * delta.index_select(1, rows_of(crow, col.numel())))
+    gq = nat.csr_spmm(ds, k, crow, col)
+    gk = nat.csr_spmm(ds, q, crow_t, col_t, wperm=perm_t)
+    gv = nat.csr_spmm(w, g, crow_t, col_t, wperm=perm_t)
+    return gq, gk, gv, ds
+
+
 def _triton_ok(q) -> bool:
     return q.shape[-1] <= 256 and q.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
@@ -91,13 +124,20 @@ def _triton_ok(q) -> bool:
 def _attention_op(q: Tensor, k: Tensor, v: Tensor, l: Optional[Tensor], b: Optional[Tensor], crow: Tensor,
                   col: Tensor, crow_t: Optional[Tensor], col_t: Optional[Tensor],
                   perm_t: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
-    which = _backend.choose("csr_attention", q.device, lambda: _native_forward_ok(q, k, v, l, b),
-                            lambda: _triton_ok(q))
+    fused = []
+
+    def native_ok() -> bool:
+        fused.append(_native_forward_ok(q, k, v, l, b))
+        return fused[0] or (b is None and l is not None and _native_unfused_ok(q, k, v, l))
+
+    which = _backend.choose("csr_attention", q.device, native_ok, lambda: _triton_ok(q))
     if which == "triton":
         from . import _triton
         return _triton.attention_forward(q.contiguous(), k.contiguous(), v.contiguous(),
                                          None if l is None else l.contiguous(),
                                          None if b is None else b.contiguous(), crow.contiguous(), col.contiguous())
+    if which == "native" and not fused[0]:
+        return _native_unfused_forward(q, k, v, l, crow, col)
     if which == "native":
         res = _backend._native_module().csr_attention(q, k, v, l, crow, col)
         if res is None:
@@ -117,9 +157,12 @@ def _(q, k, v, l, b, crow, col, crow_t, col_t, perm_t):
 def _attention_backward_op(g: Tensor, gw: Optional[Tensor], q: Tensor, k: Tensor, v: Tensor, w: Tensor,
                            crow: Tensor, col: Tensor, crow_t: Optional[Tensor], col_t: Optional[Tensor],
                            perm_t: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    fused = []
+
     def native_ok():
         nat = _backend._native_module()
-        return k.shape[0] == q.shape[0] and nat.available() and nat.csr_attention_supported(q, k, v, w)
+        fused.append(k.shape[0] == q.shape[0] and nat.available() and nat.csr_attention_supported(q, k, v, w))
+        return fused[0] or _native_unfused_ok(q, k, v, w, g)
 
     which = _backend.choose("csr_attention_backward", q.device, native_ok, lambda: _triton_ok(q))
     if which in ("triton", "native") and (crow_t is None or col_t is None or perm_t is None):
@@ -130,6 +173,8 @@ def _attention_backward_op(g: Tensor, gw: Optional[Tensor], q: Tensor, k: Tensor
                                           g.contiguous(), None if gw is None else gw.contiguous(),
                                           crow.contiguous(), col.contiguous(), crow_t.contiguous(),
                                           col_t.contiguous(), perm_t.contiguous())
+    if which == "native" and not fused[0]:
+        return _native_unfused_backward(q, k, v, w, g, gw, crow, col, crow_t, col_t, perm_t)
     if which == "native":
         return _backend._native_module().csr_attention_backward(q, k, v, w, g, gw, crow, col, crow_t, col_t, perm_t)
     with torch.no_grad():
@@ -256,4 +301,6 @@ def csr_softmax_attention(s, q: Tensor, k: Tensor, v: Tensor, l: Optional[Tensor
             and hasattr(s, "parts"):
         _, _, crow_t, col_t, perm_t, _ = s.parts(True)
         transpose = (crow_t, col_t, perm_t)
-    return csr_attention(q, k, v, s.crow, s.col, l, b, transpose=transpose)
+    # a structure that checked its pattern when made is not checked again
+    return csr_attention(q, k, v, s.crow, s.col, l, b, transpose=transpose,
+                         validate=False if getattr(s, "checked", False) else None)

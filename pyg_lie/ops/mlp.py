@@ -104,10 +104,31 @@ def _triton_layout(x: Tensor, params: Sequence[Tensor], headwise: bool):
     return _triton, P, width, Wp, bp
 
 
+#: rows per block of the chunked CPU kernels: 16384 x 16 floats = 1 MiB of activations a layer
+DEFAULT_CHUNK = 16384
+
+
+def _chunked_forward(x: Tensor, params: Sequence[Tensor], headwise: bool, chunk: int) -> Tensor:
+    from . import _chunked
+    if headwise:
+        return _chunked.headwise_chunked_forward(x, params, chunk)
+    return _chunked.chunked_forward(x, params, chunk)
+
+
+def _chunked_backward(g: Tensor, x: Tensor, params: Sequence[Tensor], headwise: bool, chunk: int,
+                      need_x: bool) -> List[Tensor]:
+    from . import _chunked
+    if headwise:
+        return _chunked.headwise_chunked_backward(g, x, params, chunk, need_x)
+    return _chunked.chunked_backward(g, x, params, chunk, need_x)
+
+
 @torch.library.custom_op("pyg_lie::mlp", mutates_args=())
-def _mlp_op(x: Tensor, params: List[Tensor], headwise: bool) -> Tensor:
+def _mlp_op(x: Tensor, params: List[Tensor], headwise: bool, chunk: int = DEFAULT_CHUNK) -> Tensor:
     P = _as_heads(params, headwise)
-    which = _backend.choose("mlp", x.device, lambda: _native_ok(x, P), lambda: _triton_ok(x, P))
+    which = _backend.choose("mlp", x.device, lambda: _native_ok(x, P), lambda: _triton_ok(x, P), "chunked")
+    if which == "chunked":
+        return _chunked_forward(x, params, headwise, chunk)
     if which == "triton":
         _triton, P, width, Wp, bp = _triton_layout(x, params, headwise)
         return _triton.mlp_forward(x.contiguous(), Wp, bp, len(P) // 2, width, P[-2].shape[1], headwise)
@@ -119,17 +140,22 @@ def _mlp_op(x: Tensor, params: List[Tensor], headwise: bool) -> Tensor:
 
 
 @_mlp_op.register_fake
-def _(x, params, headwise):
+def _(x, params, headwise, chunk=DEFAULT_CHUNK):
     if headwise:
         return x.new_empty(params[0].shape[0], x.shape[0])
     return x.new_empty(x.shape[0], params[-2].shape[0])
 
 
 @torch.library.custom_op("pyg_lie::mlp_backward", mutates_args=())
-def _mlp_backward_op(g: Tensor, x: Tensor, params: List[Tensor], headwise: bool, need_x: bool) -> List[Tensor]:
+def _mlp_backward_op(g: Tensor, x: Tensor, params: List[Tensor], headwise: bool, need_x: bool,
+                     chunk: int = DEFAULT_CHUNK) -> List[Tensor]:
     P = _as_heads(params, headwise)
-    which = _backend.choose("mlp_backward", x.device, lambda: _native_ok(x, P), lambda: _triton_ok(x, P))
-    if which == "composite":
+    which = _backend.choose("mlp_backward", x.device, lambda: _native_ok(x, P), lambda: _triton_ok(x, P),
+                            "chunked")
+    if which == "chunked":
+        gx, *grads = _chunked_backward(g, x, params, headwise, chunk, need_x)
+        gx = gx if need_x else None
+    elif which == "composite":
         with torch.no_grad():
             gx, *grads = composite_mlp_backward(g, x, params, headwise, need_x)
     else:
@@ -151,12 +177,12 @@ def _mlp_backward_op(g: Tensor, x: Tensor, params: List[Tensor], headwise: bool,
 
 
 @_mlp_backward_op.register_fake
-def _(g, x, params, headwise, need_x):
+def _(g, x, params, headwise, need_x, chunk=DEFAULT_CHUNK):
     return [x.new_empty(x.shape if need_x else (0,)), *[torch.empty_like(p) for p in params]]
 
 
 def _setup(ctx, inputs, output) -> None:
-    x, params, ctx.headwise = inputs
+    x, params, ctx.headwise, ctx.chunk = inputs
     ctx.save_for_backward(x, *params)
 
 
@@ -166,8 +192,8 @@ def _backward(ctx, g: Tensor):
     if torch.is_grad_enabled():  # differentiable: the closed form in torch operations
         gx, *gp = composite_mlp_backward(g, x, params, ctx.headwise, need_x)
     else:
-        gx, *gp = _mlp_backward_op(g.contiguous(), x, params, ctx.headwise, need_x)
-    return (gx if need_x else None), [t if need else None for t, need in zip(gp, need_p)], None
+        gx, *gp = _mlp_backward_op(g.contiguous(), x, params, ctx.headwise, need_x, ctx.chunk)
+    return (gx if need_x else None), [t if need else None for t, need in zip(gp, need_p)], None, None
 
 
 _mlp_op.register_autograd(_backward, setup_context=_setup)
@@ -175,9 +201,11 @@ float32_under_autocast(_mlp_op, _mlp_backward_op)
 
 
 # ---------------------------------------------------------------------------------- entry points
-def mlp(x: Tensor, params: Sequence[Tensor], headwise: bool = False) -> Tensor:
+def mlp(x: Tensor, params: Sequence[Tensor], headwise: bool = False, chunk: Optional[int] = None) -> Tensor:
     """Evaluate an edge MLP (see the module doc for ``params``): ``x (E, in)`` -> ``(E, out)``
-    (shared) or ``(H, E)`` (``headwise``). Differentiable in ``x`` and every parameter, twice."""
+    (shared) or ``(H, E)`` (``headwise``). Differentiable in ``x`` and every parameter, twice.
+    ``chunk``: rows per block of the chunked CPU kernels (default :data:`DEFAULT_CHUNK`), which
+    run on CPU where the native kernel declines the inputs."""
     x = float_tensor("x", x, 2)
     if not isinstance(params, (list, tuple)) or len(params) < 2 or len(params) % 2:
         raise ValueError("params must be a list [W_0, b_0, ..., W_L, b_L] of weights and biases")
@@ -201,7 +229,10 @@ def mlp(x: Tensor, params: Sequence[Tensor], headwise: bool = False) -> Tensor:
     if headwise and prev != 1:
         raise ValueError(f"a headwise MLP has one output a head: the last weight must be (H, 1, in), got "
                          f"{tuple(params[-2].shape)}")
-    return _mlp_op(x, params, headwise)
+    chunk = DEFAULT_CHUNK if chunk is None else int(chunk)
+    if chunk < 1:
+        raise ValueError(f"chunk must be a positive int, got {chunk}")
+    return _mlp_op(x, params, headwise, chunk)
 
 
 def _sequential_params(module, x: Tensor) -> Optional[List[Tensor]]:

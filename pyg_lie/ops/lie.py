@@ -1,0 +1,108 @@
+r"""Relative logarithms on edges (``torch.ops.pyg_lie.se2_relative_log``).
+
+For SE(2) elements ``g (N, 3, 3)`` and edges ``e = (j -> i)``: the ``(E, 3)`` coordinates
+``(u_x, u_y, sqrt(2) theta)`` of ``log(g_i^{-1} g_j)`` in the basis of
+:class:`pyg_lie.groups.SE2`, computed per edge from the angle terms ``tr(R_i^T R_j)``,
+``(R_i^T R_j)_{10} - (R_i^T R_j)_{01}`` and ``R_i^T (t_j - t_i)`` without forming the product.
+With ``cut_below``, an angle ``theta < cut_below`` moves to ``theta + 2 pi`` and the whole
+vector scales by ``(theta + 2 pi) / theta`` (:meth:`pyg_lie.groups.SE2.one_sided_cut`).
+CPU float32: the native kernel; elsewhere the composite implementation. Differentiable in
+``g`` (twice): the backward differentiates the composite implementation.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _backend
+from ._common import float_tensor, index_tensor, same_device
+
+__all__ = ["se2_relative_log", "composite_se2_relative_log"]
+
+
+def composite_se2_relative_log(g: Tensor, src: Tensor, dst: Tensor, cut_below: Optional[float]) -> Tensor:
+    """The reference semantics of :func:`se2_relative_log` in differentiable torch operations."""
+    from ..groups._safe import half_cot_half  # imported here: pyg_lie.groups imports this package
+
+    rows = g[:, :2, :].reshape(g.shape[0], 6)  # R00 R01 t0 R10 R11 t1
+    a00, a01, a02, a10, a11, a12 = rows.index_select(0, dst).unbind(1)  # target i
+    b00, b01, b02, b10, b11, b12 = rows.index_select(0, src).unbind(1)  # source j
+    cos2 = a00 * b00 + a10 * b10 + a01 * b01 + a11 * b11
+    sin2 = (a01 * b00 + a11 * b10) - (a00 * b01 + a10 * b11)
+    d0, d1 = b02 - a02, b12 - a12
+    theta = torch.atan2(sin2, cos2)
+    t0, t1 = a00 * d0 + a10 * d1, a01 * d0 + a11 * d1
+    a, b = half_cot_half(theta), theta / 2
+    xi = torch.stack([a * t0 + b * t1, -b * t0 + a * t1, math.sqrt(2.0) * theta], -1)
+    if cut_below is None:
+        return xi
+    flip = theta < cut_below
+    safe = torch.where(flip, theta, torch.ones_like(theta))
+    factor = torch.where(flip, (safe + 2 * math.pi) / safe, torch.ones_like(theta))
+    return xi * factor.unsqueeze(-1)
+
+
+def _native_ok(g: Tensor, src: Tensor) -> bool:
+    nat = _backend._native_module()
+    return g.dtype == torch.float32 and nat.available() and nat.usable(g, src)
+
+
+@torch.library.custom_op("pyg_lie::se2_relative_log", mutates_args=())
+def _se2_log_op(g: Tensor, src: Tensor, dst: Tensor, cut_below: Optional[float]) -> Tensor:
+    res = []
+
+    def native_ok() -> bool:
+        if not _native_ok(g, src):
+            return False
+        res.append(_backend._native_module().se2_relative_log(g, torch.stack([src, dst]), cut_below))
+        return res[0] is not None
+
+    if _backend.choose("se2_relative_log", g.device, native_ok, lambda: False) == "native":
+        return res[0]
+    if src.numel():  # (the native kernel checks the range itself)
+        lo, hi = torch.aminmax(torch.cat([src, dst]))
+        if int(lo) < 0 or int(hi) >= g.shape[0]:
+            raise ValueError(f"edge_index must hold node indices in [0, {g.shape[0]}) (rows of g)")
+    return composite_se2_relative_log(g, src, dst, cut_below).contiguous()
+
+
+@_se2_log_op.register_fake
+def _(g, src, dst, cut_below):
+    return g.new_empty(src.shape[0], 3)
+
+
+def _setup(ctx, inputs, output) -> None:
+    g, src, dst, ctx.cut_below = inputs
+    ctx.save_for_backward(g, src, dst)
+
+
+def _backward(ctx, grad: Tensor):
+    g, src, dst = ctx.saved_tensors
+    create_graph = torch.is_grad_enabled()
+    with torch.enable_grad():
+        gi = g if create_graph else g.detach().requires_grad_()
+        xi = composite_se2_relative_log(gi, src, dst, ctx.cut_below)
+        (gg,) = torch.autograd.grad(xi, gi, grad, create_graph=create_graph)
+    return gg, None, None, None
+
+
+_se2_log_op.register_autograd(_backward, setup_context=_setup)
+
+
+def se2_relative_log(g: Tensor, edge_index: Tensor, cut_below: Optional[float] = None) -> Tensor:
+    """``(E, 3)`` coordinates of ``log(g_i^{-1} g_j)`` for SE(2) elements ``g (N, 3, 3)`` and
+    ``edge_index (2, E)`` (row 0 source ``j``, row 1 target ``i``, indices in ``[0, N)``); see
+    the module doc for ``cut_below``."""
+    g = float_tensor("g", g, 3)
+    if g.shape[1:] != (3, 3):
+        raise ValueError(f"g must hold (N, 3, 3) SE(2) matrices, got shape {tuple(g.shape)}")
+    if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.shape[0] != 2:
+        raise ValueError(f"edge_index must be a (2, E) index tensor, got "
+                         f"{getattr(edge_index, 'shape', type(edge_index).__name__)}")
+    src, dst = index_tensor("edge_index[0]", edge_index[0]), index_tensor("edge_index[1]", edge_index[1])
+    same_device(g=g, edge_index=src)
+    src, dst = src.long(), dst.long()
+    return _se2_log_op(g, src, dst, None if cut_below is None else float(cut_below))

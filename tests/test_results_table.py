@@ -133,7 +133,8 @@ def test_constellation_grid_view(tmp_path):
              ("lietransformer", "T2", "SE2")]
     for i, (model, group, aug) in enumerate(cells):
         name = "Set" if model == "settransformer" else group
-        _write(root, "constellation", f"table1-{name}-train-{aug}", config={"model": model, "group": group, "augment": aug},
+        _write(root, "constellation", f"table1-{name}-train-{aug}",
+               config={"model": model, "group": group, "augment": aug},
                metrics={"test_acc": 0.5 + i / 10, "test_T2_acc": 0.25, "test_SE2_acc": 0.125},
                paper={"test_SE2_acc": 0.63} if (group, aug) == ("T2", "none") and model != "settransformer" else {})
     _write(root, "constellation", "other-run", config={"model": "lietransformer", "group": "T2", "augment": "none"})

@@ -6,8 +6,8 @@ names that ``cfg.gnn.layer_type`` can take. PyG has no plugin discovery and its
 ``register_*`` raise ``KeyError`` on a duplicate key, so registration is guarded and may be
 called any number of times.
 
-Layers (``cfg.gnn.layer_type``; ``dim_in -> dim_out`` from GraphGym's layer config, the
-heads must divide the width):
+Layers (``cfg.gnn.layer_type``; ``dim_in -> dim_out`` from GraphGym's layer config, passed
+as ``out_channels``, which is always the output width; the heads must divide it):
 
 * ``"lie_self_attention"``: :class:`~pyg_lie.nn.LieSelfAttention` on ``batch.x``,
   ``batch.edge_index``, ``batch.g``;
@@ -32,6 +32,10 @@ Config keys (``cfg.pyg_lie.*``, defaults in :data:`CONFIG_DEFAULTS`):
 * ``heads`` (4), ``normalization`` (``"softmax"``), ``kernel_dim`` (16, the width of the
   location MLP): attention options;
 * ``score`` (``"closed_form"``), ``chart`` (``"mask"``): :class:`~pyg_lie.nn.LieAlgebraAttention`;
+* ``use_edge_attr`` (False): the ``g`` layers take ``batch.edge_attr`` as edge features
+  (``edge_dim`` = GraphGym's ``cfg.dataset.edge_dim``; a learned score term per head, see
+  :class:`~pyg_lie.nn.LieSelfAttention`); keep them invariant (e.g. distances from
+  :class:`~torch_geometric.transforms.Distance` before the lift, which copies them to the lift pairs);
 * ``use_qknorm`` (False): :class:`~pyg_lie.nn.S2AttentionConv`;
 * ``finite_group`` (``"D4"``): the group of ``equivariant_self_attention``'s regular fields.
 
@@ -63,6 +67,7 @@ CONFIG_DEFAULTS = {
     "kernel_dim": 16,
     "score": "closed_form",
     "chart": "mask",
+    "use_edge_attr": False,
     "use_qknorm": False,
     "finite_group": "D4",
 }
@@ -100,6 +105,29 @@ def _heads(opts, dim: int, name: str) -> int:
     return heads
 
 
+def _edge_kwargs(opts, layer_config) -> dict:
+    """``edge_dim`` for the layer when ``cfg.pyg_lie.use_edge_attr`` is set, else nothing."""
+    if not bool(opts.use_edge_attr):
+        return {}
+    edge_dim = int(layer_config.edge_dim)
+    if edge_dim < 1:
+        raise ValueError(f"cfg.pyg_lie.use_edge_attr needs the width of batch.edge_attr in cfg.dataset.edge_dim, "
+                         f"got {edge_dim}")
+    return {"edge_dim": edge_dim}
+
+
+def _batch_edge_attr(batch, module, name: str):
+    """``batch.edge_attr`` for a layer built with edge features, else ``None``."""
+    if not module.use_edge_attr:
+        return None
+    edge_attr = getattr(batch, "edge_attr", None)
+    if edge_attr is None:
+        raise ValueError(f"{name}: cfg.pyg_lie.use_edge_attr is set but the batch has no edge_attr; add edge "
+                         "features (e.g. torch_geometric.transforms.Distance(norm=False) before the lift) or "
+                         "set cfg.pyg_lie.use_edge_attr = False")
+    return edge_attr
+
+
 def _batch_g(batch, name: str):
     g = getattr(batch, "g", None)
     if g is None:
@@ -116,13 +144,16 @@ class GraphGymLieSelfAttention(torch.nn.Module):
         from .nn.lie_self_attention import LieSelfAttention
         opts = _options()
         heads = _heads(opts, layer_config.dim_out, "lie_self_attention")
+        edge = _edge_kwargs(opts, layer_config)
+        self.use_edge_attr = bool(edge)
         self.model = LieSelfAttention(layer_config.dim_in, group=opts.group, heads=heads,
                                       normalization=opts.normalization, bias=layer_config.has_bias,
                                       out_channels=layer_config.dim_out,
-                                      kernel_dim=int(opts.kernel_dim))
+                                      kernel_dim=int(opts.kernel_dim), **edge)
 
     def forward(self, batch):
-        batch.x = self.model(batch.x, batch.edge_index, _batch_g(batch, "lie_self_attention"))
+        batch.x = self.model(batch.x, batch.edge_index, _batch_g(batch, "lie_self_attention"),
+                             edge_attr=_batch_edge_attr(batch, self, "lie_self_attention"))
         return batch
 
 
@@ -138,12 +169,15 @@ class GraphGymLieTransformerBlock(torch.nn.Module):
                              "message-passing layers see cfg.gnn.dim_inner channels")
         opts = _options()
         heads = _heads(opts, layer_config.dim_in, "lie_transformer_block")
+        edge = _edge_kwargs(opts, layer_config)
+        self.use_edge_attr = bool(edge)
         self.model = LieTransformerBlock(layer_config.dim_in, opts.group, heads=heads, dropout=layer_config.dropout,
                                          normalization=opts.normalization,
-                                         kernel_dim=int(opts.kernel_dim))
+                                         kernel_dim=int(opts.kernel_dim), **edge)
 
     def forward(self, batch):
-        batch.x = self.model(batch.x, batch.edge_index, _batch_g(batch, "lie_transformer_block"))
+        batch.x = self.model(batch.x, batch.edge_index, _batch_g(batch, "lie_transformer_block"),
+                             edge_attr=_batch_edge_attr(batch, self, "lie_transformer_block"))
         return batch
 
 
@@ -155,13 +189,16 @@ class GraphGymLieAlgebraAttention(torch.nn.Module):
         from .nn.lie_algebra_attention import LieAlgebraAttention
         opts = _options()
         heads = _heads(opts, layer_config.dim_out, "lie_algebra_attention")
+        edge = _edge_kwargs(opts, layer_config)
+        self.use_edge_attr = bool(edge)
         self.model = LieAlgebraAttention(layer_config.dim_in, group=opts.group, heads=heads, score=opts.score,
                                          chart=opts.chart, bias=layer_config.has_bias,
                                          out_channels=layer_config.dim_out,
-                                         kernel_dim=int(opts.kernel_dim))
+                                         kernel_dim=int(opts.kernel_dim), **edge)
 
     def forward(self, batch):
-        batch.x = self.model(batch.x, batch.edge_index, _batch_g(batch, "lie_algebra_attention"))
+        batch.x = self.model(batch.x, batch.edge_index, _batch_g(batch, "lie_algebra_attention"),
+                             edge_attr=_batch_edge_attr(batch, self, "lie_algebra_attention"))
         return batch
 
 

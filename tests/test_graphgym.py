@@ -122,6 +122,47 @@ def test_build_and_train_from_config(gg_cfg, layer):
     assert losses[-1] < 0.9 * losses[0], losses
 
 
+@pytest.mark.parametrize("layer", ["lie_self_attention", "lie_transformer_block", "lie_algebra_attention"])
+def test_build_and_train_with_edge_attr(gg_cfg, layer):
+    """cfg.pyg_lie.use_edge_attr: the layers take batch.edge_attr (distances, copied to the lift
+    pairs by the lift) as a score term of width cfg.dataset.edge_dim."""
+    torch.manual_seed(0)
+    gg_cfg.accelerator = "cpu"
+    gg_cfg.dataset.task, gg_cfg.dataset.task_type = "graph", "classification"
+    gg_cfg.dataset.edge_dim = 1
+    gg_cfg.model.loss_fun, gg_cfg.model.graph_pooling, gg_cfg.gnn.head = "cross_entropy", "mean", "graph"
+    gg_cfg.gnn.layer_type = layer
+    gg_cfg.gnn.layers_pre_mp, gg_cfg.gnn.layers_mp, gg_cfg.gnn.layers_post_mp = 1, 2, 1
+    gg_cfg.gnn.dim_inner, gg_cfg.gnn.batchnorm, gg_cfg.gnn.l2norm = 16, False, False
+    gg_cfg.pyg_lie.heads, gg_cfg.pyg_lie.lift_seed = 2, 0
+    gg_cfg.pyg_lie.use_edge_attr = True
+    tf = T.Compose([T.RadiusGraph(2.5, max_num_neighbors=64), T.Distance(norm=False),
+                    LiftPositions("SE2", 2, mode="finite")])
+    batch = Batch.from_data_list([tf(d) for d in _planar()])
+    assert batch.edge_attr.shape == (batch.num_edges, 1)
+    model = create_model(to_device=False, dim_in=2, dim_out=2)
+    attn = [m for m in model.modules() if hasattr(m, "lin_edge")]
+    assert attn and all(m.lin_edge is not None and m.edge_dim == 1 for m in attn)
+    opt = torch.optim.Adam(model.parameters(), lr=2e-2)
+    losses = []
+    for _ in range(15):
+        pred, true = model(batch.clone())
+        loss, _ = compute_loss(pred, true)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    assert all(math.isfinite(v) for v in losses) and losses[-1] < 0.9 * losses[0], losses
+    assert all(m.lin_edge.weight.grad is not None and m.lin_edge.weight.grad.abs().sum() > 0 for m in attn)
+    b = batch.clone()
+    del b.edge_attr
+    with pytest.raises(ValueError, match="use_edge_attr is set but the batch has no edge_attr"):
+        model(b)
+    gg_cfg.dataset.edge_dim = 0
+    with pytest.raises(ValueError, match="cfg.dataset.edge_dim"):
+        create_model(to_device=False, dim_in=2, dim_out=2)
+
+
 def test_missing_g_is_named(gg_cfg):
     from torch_geometric.graphgym.models.layer import LayerConfig
     layer = register.layer_dict["lie_self_attention"](LayerConfig(dim_in=4, dim_out=4))

@@ -77,6 +77,7 @@ from ._checks import nonnegative_int, positive_int
 from ._sort import argsort_keys, sort_keys
 from .groups import LieGroup, get_group
 from .groups.base import LogNormEmbedding, _is_compiling
+from .ops.graph import complete_edges
 
 __all__ = [
     "radius_graph",
@@ -714,27 +715,10 @@ def complete_graph(batch: Optional[Tensor] = None, self_loops: bool = True, *,
         return _empty(device)
     counts = torch.unique_consecutive(batch, return_counts=True)[1]
     ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])  # first node of every graph, and N
-    ei = _native_complete_graph(ptr)
-    if ei is None:
-        node_count = counts.repeat_interleave(counts)  # n_b of every node's graph
-        dst = torch.arange(N, device=device).repeat_interleave(node_count)
-        offset = torch.cumsum(node_count, 0) - node_count  # first edge of every target
-        local = torch.arange(dst.numel(), device=device) - offset.repeat_interleave(node_count)
-        src = ptr[:-1].repeat_interleave(counts).repeat_interleave(node_count) + local
-        ei = torch.stack([src, dst])
+    ei = complete_edges(ptr)
     if not self_loops:
         ei = ei[:, ei[0] != ei[1]]
     return ei
-
-
-def _native_complete_graph(ptr: Tensor) -> Optional[Tensor]:
-    """:func:`complete_graph`'s edges by the native kernel (CPU, outside ``torch.compile``), else
-    ``None``."""
-    from .nn import _native  # imported here: pyg_lie.nn imports this module
-
-    if ptr.device.type != "cpu" or _is_compiling() or not _native.available():
-        return None
-    return _native.complete_edges(ptr)
 
 
 # ----------------------------------------------------------------- log-metric graphs

@@ -9,9 +9,9 @@ import torch
 
 from pyg_lie.groups import GROUPS, SE2, get_group
 from pyg_lie.nn.lie_algebra_attention import LieAlgebraAttention, relative_log
-from pyg_lie.models.lie_algebra_transformer import (
-    LieAlgebraTransformer, VectorTokenTransformer, complete_graph, completion_loss,
-    equivariance_error, log_knn_graph, log_radius_graph, pose_error)
+from pyg_lie.models import LieAlgebraTransformer, VectorTokenTransformer
+from pyg_lie.models.lie_algebra_losses import completion_loss, equivariance_error, pose_error
+from pyg_lie.neighbors import complete_graph, log_knn_graph, log_radius_graph
 from pyg_lie.datasets.lie_sequence import LieSequenceCompletion
 
 ALL_GROUPS = ["SO2", "SE2", "SO3", "SE3", "Aff2", "Aff3"]
@@ -489,3 +489,23 @@ def test_invariant_node_feature_payload_keeps_equivariance():
     assert (model(g, batch=batch, x=torch.randn_like(x)).prediction - p).abs().max() > 1e-6  # x is used
     with pytest.raises(ValueError, match="in_channels"):
         model(g, batch=batch)
+
+
+def test_split_module_keeps_every_name_importable():
+    """The graphs, the vector-token layer and the losses moved out of
+    models/lie_algebra_transformer.py; every public name is still importable from there (and the
+    models and losses from pyg_lie.models), as the same object."""
+    import pyg_lie.models as models
+    import pyg_lie.models.lie_algebra_losses as losses
+    import pyg_lie.models.lie_algebra_transformer as old
+    import pyg_lie.neighbors as nb
+    from pyg_lie.nn import VectorTokenAttention
+
+    for name in old.__all__:
+        assert getattr(old, name) is not None
+    for name in ("complete_graph", "log_knn_graph", "log_radius_graph", "GRAPH_METHODS"):
+        assert getattr(old, name) is getattr(nb, name)
+    for name in ("pose_error", "completion_loss", "equivariance_error"):
+        assert getattr(old, name) is getattr(losses, name) is getattr(models, name)
+    assert old.VectorTokenAttention is VectorTokenAttention
+    assert models.LieAlgebraOutput is old.LieAlgebraOutput and models.build_model is old.build_model

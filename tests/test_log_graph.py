@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pyg_lie.groups import get_group
-from pyg_lie.models.lie_algebra_transformer import GRAPH_METHODS, log_knn_graph, log_radius_graph
+from pyg_lie.neighbors import GRAPH_METHODS, log_knn_graph, log_radius_graph
 
 EMBEDDED = ["SO2", "SE2", "SO3", "SE3", "T2"]
 SIZES = [1, 2, 7, 60, 25]  # sequences shorter and longer than k

@@ -392,14 +392,18 @@ def _complete_ref(batch, self_loops):
     return torch.tensor(pairs, dtype=torch.long).t().reshape(2, -1)
 
 
-@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("backend", ["auto", "composite"])
 @pytest.mark.parametrize("self_loops", [True, False])
-def test_complete_graph_matches_double_loop(monkeypatch, native, self_loops):
-    if not native:
-        monkeypatch.setattr(nb, "_native_complete_graph", lambda ptr: None)
+def test_complete_graph_matches_double_loop(backend, self_loops):
+    import pyg_lie.ops as ops
+
     for batch in ([0, 0, 0, 1, 1, 3, 3, 3, 3, 7], [0], [2, 2], [0, 1, 2, 3]):
         batch = torch.tensor(batch)
-        ei = nb.complete_graph(batch, self_loops=self_loops)
+        ops.reset_dispatch_counts()
+        with ops.backend(backend):
+            ei = nb.complete_graph(batch, self_loops=self_loops)
+        if backend == "composite":
+            assert ops.dispatch_counts().get(("complete_edges", "composite"), 0) == 1
         assert ei.dtype == torch.long
         assert torch.equal(ei, _complete_ref(batch, self_loops))
     assert nb.complete_graph(torch.zeros(0, dtype=torch.long)).shape == (2, 0)

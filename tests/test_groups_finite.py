@@ -272,3 +272,6 @@ def test_finite_group_by_name_and_the_vit_uses_the_same_model():
         o2_group("Tetrahedral")
     with pytest.raises(ValueError, match="cyclic or dihedral"):
         FieldType.regular(Octahedral(), 1)
+    from pyg_lie.groups import FiniteO2Group
+    with pytest.raises(TypeError, match="Cn"):
+        FiniteO2Group(4)

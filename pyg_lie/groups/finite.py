@@ -274,6 +274,9 @@ class FiniteO2Group(FiniteGroup):
     dihedral: bool
 
     def __init__(self, n: int):
+        if not hasattr(type(self), "dihedral"):
+            raise TypeError("FiniteO2Group is the common base of Cn and Dn; build Cn(n) or Dn(n), "
+                            "or finite_group('D4') by name")
         self.n = _check_n(n)
         self.order = self.n * (2 if self.dihedral else 1)
         self.name = f"{'D' if self.dihedral else 'C'}{self.n}"

@@ -134,6 +134,9 @@ def test_ablation_cli_writes_the_grid(tmp_path):
     assert {"base.G.pose_error", "base.C.pose_error", "base.G_over_C", "paper-coords.G_over_C",
             "init-high.G.pose_error", "base.G.failed_seeds"} <= set(m)
     assert "init-high.C.pose_error" not in m  # C has no block weights
+    # a sharper initial kernel puts more weight on the token itself and says less about its place
+    assert m["init-high.G.init_self_attention"] > m["base.G.init_self_attention"] > 1 / 7
+    assert m["init-high.G.init_order_signal"] < m["base.G.init_order_signal"]
     assert rec["paper"]["base.G_over_C"] == pytest.approx(0.6)
     assert "one factor at a time" in rec["setting"]
     assert (res / "lie-sequence-ablation" / "SE2.SE2_ablation.png").is_file()

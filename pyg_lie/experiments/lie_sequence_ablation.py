@@ -19,7 +19,10 @@ Every finished run is cached as ``--out/<group>/<factor>_<model>_<seed>.json`` (
 rerun resumes). The result file ``results/lie-sequence-ablation/<group>.json`` has,
 per factor and model, the mean and std of the pose error over seeds, the largest
 seed's error, the number of seeds whose error stayed above 0.1 (a run that never left
-the initial plateau) and the ratio G / C of the mean pose errors. Example::
+the initial plateau), the ratio G / C of the mean pose errors, and two numbers of the
+freshly initialised model's first attention layer (:func:`initial_attention`): the weight
+a token gives itself and the order signal, how much its output says about where the token
+sits in the sequence. Example::
 
     pyg-lie train lie-sequence-ablation --group SO3 --seeds 0 1 --steps 1000
 """
@@ -128,6 +131,33 @@ def run_grid(args) -> Dict[str, Dict[str, List[dict]]]:
     return grid
 
 
+@torch.no_grad()
+def initial_attention(group: str, score: str, a: argparse.Namespace, num_sequences: int = 200) -> Dict[str, float]:
+    """First-layer attention of the freshly initialised model (seed 0) on test sequences:
+    ``self``, the mean weight of a token on itself, and ``order_signal``, the mean over tokens
+    and heads of ``|sum_j alpha_ij (k_j - k_i)|`` (``k`` the position in the sequence). The
+    first layer's output is ``sum_j alpha_ij W [h_j ; w_ij]`` with ``w_ij = (k_j - k_i) xi``, so
+    the order signal is the size of what it tells a token about where it sits in the sequence."""
+    from torch_geometric.utils import softmax
+
+    from ..datasets.lie_sequence import LieSequenceCompletion
+    from ..neighbors import complete_graph
+    from ..nn.lie_algebra_attention import relative_log
+    from ._lie_sequence_models import make_model
+    torch.manual_seed(0)
+    model = make_model(group, score, a.hidden, a.layers, a.heads, a.head, a.score_coords, a.score_init).double()
+    data = LieSequenceCompletion(group, num_sequences, length=a.length, seed=20_000,
+                                 step_std=dict(a.step_std)).batch_all()
+    ei = complete_graph(data.batch)
+    w, _ = relative_log(model.group, data.g.double(), ei)
+    if hasattr(model, "coordinate_scale"):
+        w = w * model.coordinate_scale.double()
+    alpha = softmax(model.attn[0].compute_score(w), ei[1], num_nodes=data.g.shape[0])  # (E, H)
+    dk = (data.order[ei[0]] - data.order[ei[1]]).double()
+    signal = torch.zeros(data.g.shape[0], alpha.shape[1], dtype=torch.float64).index_add_(0, ei[1], alpha * dk[:, None])
+    return {"self": float(alpha[ei[0] == ei[1]].mean()), "order_signal": float(signal.abs().mean())}
+
+
 def summarize(grid) -> Dict[str, float]:
     """The metrics of the result file (see the module docstring)."""
     out: Dict[str, float] = {}
@@ -204,6 +234,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"no runs under {os.path.join(args.out, args.group)}; run without --collect-only")
         return 1
     metrics = summarize(grid)
+    for factor, by_score in grid.items():
+        for score in by_score:
+            init = initial_attention(args.group, score, factor_args(args, factor))
+            key = f"{factor}.{MODEL_LETTER[score]}."
+            metrics.update({key + "init_self_attention": init["self"], key + "init_order_signal": init["order_signal"]})
     for factor in grid:
         print(f"{factor:12s} " + "  ".join(f"{MODEL_LETTER[s]} {metrics[f'{factor}.{MODEL_LETTER[s]}.pose_error']:.2e}"
                                           for s in grid[factor]))

@@ -21,8 +21,9 @@ Two ways of drawing the ``K`` samples of the stabiliser SO(2) are compared
 
 * ``grid`` (the paper's): ``K`` equally spaced angles ``phi + 2 pi k / K`` with one
   uniform random offset ``phi`` per point, a randomly rotated ``C_K``. The stabiliser
-  integral of a smooth periodic integrand is then a shifted trapezoidal rule, whose
-  error falls faster than any power of ``K``;
+  integral is then a shifted trapezoidal rule on the circle; its error falls like a
+  power of ``K`` set by the integrand's smoothness (the log's branch cut at angle ``pi``
+  is a kink), far faster than Monte Carlo;
 * ``haar``: ``K`` independent Haar (uniform) angles per point, what
   :class:`~pyg_lie.nn.Lift` draws with ``mode="haar"``; a plain Monte Carlo estimate
   whose error falls like ``K^{-1/2}``.

@@ -10,7 +10,8 @@ from pyg_lie.models.equivariant_vit import EquivariantViT  # noqa: E402
 from pyg_lie.interop.escnn import (escnn_element, escnn_group, escnn_gspace, from_escnn_type,  # noqa: E402
                                   from_geometric_tensor, to_escnn_type, to_geometric_tensor)
 from pyg_lie.vit.field_type import FieldType  # noqa: E402
-from pyg_lie.vit.irreps import GSet, get_group  # noqa: E402
+from pyg_lie.groups.finite import o2_group as get_group  # noqa: E402
+from pyg_lie.groups.finite_reps import GSet  # noqa: E402
 
 
 @pytest.mark.parametrize("name", ["D4", "C4", "D6", "C3"])
@@ -87,7 +88,7 @@ def test_geometric_tensor_round_trip_and_token_oracle(group):
 # ------------------------------------------------------------------ escnn end to end
 from escnn import gspaces, nn as enn  # noqa: E402
 
-from pyg_lie.vit.irreps import invariant_subspace  # noqa: E402
+from pyg_lie.groups.finite_reps import invariant_subspace  # noqa: E402
 from pyg_lie.vit.patch_embed import EquivariantPatchEmbed, SquareGrid, pixel_type_basis  # noqa: E402
 
 

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import torch
 
+from pyg_lie.groups.finite import o2_group as get_group
+from pyg_lie.groups.finite_reps import GSet
 from pyg_lie.vit.field_type import FieldType
-from pyg_lie.vit.irreps import GSet, get_group
 from pyg_lie.vit.linear import EquivariantLinear
 
 GROUPS = ["C1", "C2", "C3", "C4", "C6", "D1", "D2", "D3", "D4", "D6", "C5", "D5"]
@@ -36,7 +37,7 @@ def test_irreps_homomorphism_orthogonality_schur(name):
         np.testing.assert_allclose(np.einsum("gji,gjk->gik", R, R), np.broadcast_to(np.eye(rho.dim), R.shape), atol=1e-12)
         # commutant of the irrep = End basis (Schur): dim of the solution space of L rho = rho L
         ops = np.stack([np.kron(r, r) for r in R])  # L -> r L r^T
-        from pyg_lie.vit.irreps import invariant_subspace
+        from pyg_lie.groups.finite_reps import invariant_subspace
         assert invariant_subspace(ops).shape[0] == rho.end_dim
         for L in rho.end_basis():
             np.testing.assert_allclose(R @ L, L @ R, atol=1e-12)
@@ -106,7 +107,7 @@ def test_schur_linear_equivariance_and_counts(name, dtype):
     # dimension of Hom_G computed numerically from the representations = Schur count
     mats_i = np.stack([Vi.representation(g) for g in G.generator_indices])
     mats_o = np.stack([Vo.representation(g) for g in G.generator_indices])
-    from pyg_lie.vit.irreps import invariant_subspace
+    from pyg_lie.groups.finite_reps import invariant_subspace
     hom_dim = invariant_subspace(np.stack([np.kron(o, i) for o, i in zip(mats_o, mats_i)])).shape[0]
     assert hom_dim == n_params - Vo.mult[G.irreps[0].name]
     x = torch.randn(7, 4, Vi.dim, dtype=dtype)
@@ -134,3 +135,15 @@ def test_complex_type_uses_J():
     assert lin.macs_per_token() == 2 * 2
     D = FieldType.regular("D4", 4)
     assert EquivariantLinear(D, D).macs_per_token() * 3 <= D.dim ** 2
+
+
+def test_old_import_paths_name_the_same_objects():
+    import pyg_lie.vit as vit
+    from pyg_lie.groups import finite, finite_reps
+    from pyg_lie.vit import irreps
+
+    assert irreps.get_group is finite.o2_group and vit.get_group("D4") is finite.finite_group("D4")
+    assert irreps.FiniteO2Group is finite.FiniteO2Group and irreps.Irrep is finite.Irrep
+    assert irreps.GSet is finite_reps.GSet is vit.GSet
+    assert irreps.intertwiners is finite_reps.intertwiners
+    assert irreps.invariant_subspace is finite_reps.invariant_subspace

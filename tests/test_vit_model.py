@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 import torch
 
+from pyg_lie.groups.finite import o2_group as get_group
 from pyg_lie.models.equivariant_vit import EquivariantViT
 from pyg_lie.vit.attention import EquivariantSelfAttention, complete_graph
 from pyg_lie.vit.field_type import FieldType
-from pyg_lie.vit.irreps import get_group
 from pyg_lie.vit.nonlinearity import FourierNonlinearity, gset_family, gset_from_spec
 from pyg_lie.vit.patch_embed import EquivariantPatchEmbed, rot_flip_image, HexGrid, SquareGrid, patch_fourier_basis
 from pyg_lie.vit.positional import InvariantPositionalEncoding
@@ -197,7 +197,7 @@ def test_irrepwise_model_and_dtype_device():
 @pytest.mark.parametrize("group,grid,P", [("D4", "square", 2), ("C4", "square", 3), ("D6", "hex", 2), ("D3", "hex", 2)])
 def test_patch_embedding_spans_full_hom_space(group, grid, P):
     """dim Hom_G(C(U), V) from the numerical null space equals the number of patch weights."""
-    from pyg_lie.vit.irreps import invariant_subspace
+    from pyg_lie.groups.finite_reps import invariant_subspace
     gr = SquareGrid(group, 2 * P, P) if grid == "square" else HexGrid(group, 8, P, 1)
     V = FieldType.regular(group, 1)
     pe = EquivariantPatchEmbed(gr, 1, V)

@@ -344,3 +344,61 @@ def test_precomputed_edge_index_from_pyg_radius_graph():
     assert torch.allclose(model(data.x, data.pos, data.batch, edge_index=shuffled), own, atol=1e-12)
     sparse = T.RadiusGraph(0.6, loop=True)(Batch.from_data_list(clouds)).edge_index
     assert not torch.allclose(model(data.x, data.pos, data.batch, edge_index=sparse), own, atol=1e-6)
+
+
+def _radius_with_distances(pos, batch, r=1.5):
+    from pyg_lie.neighbors import radius_graph
+
+    ei = radius_graph(pos, r, batch, loop=True)
+    return ei, (pos[ei[0]] - pos[ei[1]]).norm(dim=-1, keepdim=True)
+
+
+def test_edge_attr_on_the_base_graph_is_lifted_and_keeps_invariance():
+    from pyg_lie.testing import assert_equivariant
+
+    torch.manual_seed(2)
+    model = LieTransformer("SE2", 2, 16, 3, num_layers=2, heads=2, lift_samples=4, lift="finite",
+                           edge_dim=1).double().eval()
+    for blk in model.blocks:  # a large edge term: a non-invariant one would show
+        with torch.no_grad():
+            blk.attn.lin_edge.weight.mul_(4.0)
+    pos = torch.randn(14, 2, dtype=torch.float64) * 1.5
+    x = torch.randn(14, 2, dtype=torch.float64)
+    batch = torch.tensor([0] * 8 + [1] * 6)
+    ei, dist = _radius_with_distances(pos, batch)
+    out = model(x, pos, batch, edge_index=ei, edge_attr=dist)
+    # the features follow their edges: any joint order of edge_index and edge_attr gives the same
+    perm = torch.randperm(ei.shape[1])
+    assert torch.allclose(model(x, pos, batch, edge_index=ei[:, perm], edge_attr=dist[perm, 0]), out, atol=1e-12)
+    assert (model(x, pos, batch, edge_index=ei, edge_attr=torch.zeros_like(dist)) - out).abs().max() > 1e-4
+
+    def f(p):  # the graph and its distances are built from the positions: both invariant
+        e, d = _radius_with_distances(p, batch)
+        return model(x, p, batch, edge_index=e, edge_attr=d)
+
+    c4 = torch.stack([homogeneous(rot2(torch.tensor(math.pi / 2 * m, dtype=torch.float64)),
+                                  torch.randn(2, dtype=torch.float64)) for m in range(4)])
+    assert_equivariant(f, (pos,), elements=c4, actions_in="points", actions_out="invariant")
+    # subsampling keeps each lifted edge's own features
+    sub = LieTransformer("SE2", 2, 16, 3, num_layers=1, heads=2, lift_samples=4, lift="finite", edge_dim=1,
+                         max_num_neighbors=5).double().eval()
+    assert torch.isfinite(sub(x, pos, batch, edge_index=ei, edge_attr=dist)).all()
+
+
+def test_edge_attr_errors_of_the_model():
+    pos = torch.randn(6, 2)
+    x = torch.randn(6, 2)
+    ei, dist = _radius_with_distances(pos, None, r=10.0)
+    plain = LieTransformer("T2", 2, 8, 1, num_layers=1, heads=2)
+    with pytest.raises(ValueError, match="edge_dim=edge_attr.size"):
+        plain(x, pos, edge_index=ei, edge_attr=dist)
+    model = LieTransformer("T2", 2, 8, 1, num_layers=1, heads=2, edge_dim=1)
+    with pytest.raises(ValueError, match="pass the base graph edge_index and its features edge_attr"):
+        model(x, pos, edge_index=ei)
+    with pytest.raises(ValueError, match="pass the base graph edge_index and its features edge_attr"):
+        model(x, pos, edge_attr=dist)
+    with pytest.raises(ValueError, match="one row of features per edge of edge_index"):
+        model(x, pos, edge_index=ei, edge_attr=dist[:-1])
+    with pytest.raises(ValueError, match="holds an edge twice"):
+        model(x, pos, edge_index=torch.cat([ei, ei[:, :1]], 1), edge_attr=torch.cat([dist, dist[:1]]))
+    assert model(x, pos, edge_index=ei, edge_attr=dist).shape == (1, 1)

@@ -43,6 +43,19 @@ from ..nn.lifted_edges import check_distance_weights, lifted_edges
 __all__ = ["LieTransformer"]
 
 
+def _base_edges(base: Tensor, lifted: Tensor, index: Tensor, num_points: int) -> Tensor:
+    """The position in ``base (2, E)`` of the base edge of every lifted edge ``(2, E_l)``
+    (``index``: the point of every lifted node), by a sorted key lookup."""
+    base = checks.index_tensor("edge_index", base, num_points, "point")
+    n = max(num_points, 1)
+    key, order = torch.sort(base[1] * n + base[0])
+    if key.numel() > 1 and bool((key[1:] == key[:-1]).any()):
+        raise ValueError("edge_index holds an edge twice; edge_attr needs one row per distinct edge "
+                         "(remove duplicates, e.g. with torch_geometric.utils.coalesce)")
+    want = index[lifted[1]] * n + index[lifted[0]]
+    return order[torch.searchsorted(key, want)]
+
+
 def _orbit_dim(group: LieGroup) -> int:
     inv = group.orbit_invariants(group.origin(dtype=torch.float64).unsqueeze(0))
     return 0 if inv is None else int(inv.shape[-1])
@@ -98,10 +111,11 @@ class LieTransformer(Module):
             ``normalization``, ``kernel_dim``, ``kernel_layers``, ``kernel_per_head``, ``mlp_ratio``,
             ``dropout`` (see :class:`~pyg_lie.nn.LieSelfAttention`).
 
-    The model builds its lifted edges itself, so it takes no ``edge_attr``: a feature of a
-    base edge would have to follow that edge to all of its lift pairs (and through the
-    subsampling and the log-map threshold). For edge features, stack
-    :class:`~pyg_lie.nn.LieTransformerBlock` with ``edge_dim`` on edges of your own.
+    Edge features: with ``edge_dim`` (passed on to the attention) the model takes
+    ``edge_attr (E, edge_dim)`` on a base graph ``edge_index`` given to :meth:`forward`; every
+    lifted edge carries the features of the base edge it lifts (also after subsampling and
+    the log-map threshold), and they enter each layer's score. Invariant edge features
+    (distances, bond types) keep the model invariant.
     """
 
     def __init__(self, group: Union[str, LieGroup], in_channels: Optional[int] = None,
@@ -151,6 +165,7 @@ class LieTransformer(Module):
         else:
             self.lift = Lift(self.group, lift_samples, mode=lift, subgroup=subgroup, seed=seed)
         self.invariant_dim = _orbit_dim(self.group) if use_invariants else 0
+        self.edge_dim = attention_kwargs.get("edge_dim")
         self.embed = Linear(in_channels, hidden_channels)
         self.blocks = ModuleList([
             LieTransformerBlock(hidden_channels, self.group, heads, invariant_dim=self.invariant_dim,
@@ -183,17 +198,19 @@ class LieTransformer(Module):
 
     @torch.compiler.disable
     def _graph(self, pos: Tensor, batch: Optional[Tensor], g: Tensor, transpose: bool,
-               base_edge_index: Optional[Tensor] = None):
-        """Lifted edges and their CSR structure (with the transposed pattern when gradients
-        are on). Their sizes depend on the data, so under ``torch.compile`` this runs eagerly
-        (one graph break) and the structure keeps its complete-clouds fast path."""
+               base_edge_index: Optional[Tensor] = None, index: Optional[Tensor] = None):
+        """Lifted edges, their CSR structure (with the transposed pattern when gradients
+        are on) and, with ``index`` (the point of every lifted node), the base edge of every
+        lifted edge. Their sizes depend on the data, so under ``torch.compile`` this runs
+        eagerly (one graph break) and the structure keeps its complete-clouds fast path."""
         gen = None if self.training else torch.Generator().manual_seed(self.seed + 1)
         edge_index = lifted_edges(pos, batch, self.lift.num_samples, self.radius, g=g,
                                   group=self.group, max_num_neighbors=self.max_num_neighbors,
                                   log_threshold=self.log_threshold,
                                   distance_weights=self.distance_weights, generator=gen,
                                   edge_index=base_edge_index)
-        return edge_index, CSRStructure.build(edge_index, g.size(0), transpose=transpose)
+        base = None if index is None else _base_edges(base_edge_index, edge_index, index, pos.size(0))
+        return edge_index, CSRStructure.build(edge_index, g.size(0), transpose=transpose), base
 
     def point_features(self, pos: Tensor, batch: Optional[Tensor] = None) -> Tensor:
         """The features used for ``x=None``: ``(N, 1)`` distances of the points to the centroid
@@ -210,8 +227,10 @@ class LieTransformer(Module):
         return (pos - centre).norm(dim=-1, keepdim=True)
 
     def lifted_features(self, x: Optional[Tensor], pos: Tensor, batch: Optional[Tensor] = None,
-                        stabilizer: Optional[Tensor] = None, edge_index: Optional[Tensor] = None):
-        """Equivariant features of the lifted nodes (``x``, ``edge_index``: see :meth:`forward`).
+                        stabilizer: Optional[Tensor] = None, edge_index: Optional[Tensor] = None,
+                        edge_attr: Optional[Tensor] = None):
+        """Equivariant features of the lifted nodes (``x``, ``edge_index``, ``edge_attr``: see
+        :meth:`forward`).
 
         Returns:
             ``(h (M, hidden), lifted: LiftedPoints, edge_index (2, E))``.
@@ -228,19 +247,41 @@ class LieTransformer(Module):
         if x.size(1) != self.in_channels:
             raise ValueError(f"x must have {self.in_channels} channels (in_channels), got {x.size(1)}")
         checks.floating("x", x, like=self.embed.weight)
-        edge_index, csr = self._graph(pos.detach(), batch, lifted.g, torch.is_grad_enabled(), edge_index)
+        edge_attr = self._check_edge_attr(edge_attr, edge_index)
+        edge_index, csr, base = self._graph(pos.detach(), batch, lifted.g, torch.is_grad_enabled(), edge_index,
+                                            None if edge_attr is None else lifted.index)
+        if edge_attr is not None:  # every lifted edge carries its base edge's features
+            edge_attr = edge_attr[base]
         inv = None
         if self.invariant_dim > 0:
             inv = self.group.orbit_invariants(pos)[lifted.index].to(x.dtype)
         h = self.embed(lifted.x)
         rel = self.group.relative_log(lifted.g, edge_index, one_sided_cut=True)  # shared by all blocks
         for block in self.blocks:
-            h = block(h, edge_index, lifted.g, inv, rel_log=rel, csr=csr)
+            h = block(h, edge_index, lifted.g, inv, edge_attr=edge_attr, rel_log=rel, csr=csr)
         return self.norm(h), lifted, edge_index
+
+    def _check_edge_attr(self, edge_attr: Optional[Tensor], edge_index: Optional[Tensor]) -> Optional[Tensor]:
+        """``edge_attr`` as ``(E, edge_dim)`` after the checks the lifting needs (the layers
+        check the rest: dtype, device)."""
+        if self.edge_dim is None:
+            if edge_attr is not None:
+                raise ValueError("edge_attr was given but the model was built without edge features; construct "
+                                 "it with edge_dim=edge_attr.size(-1)")
+            return None
+        if edge_attr is None or edge_index is None:
+            raise ValueError(f"the model was built with edge_dim={self.edge_dim}: pass the base graph edge_index "
+                             f"and its features edge_attr (E, {self.edge_dim})")
+        if isinstance(edge_attr, Tensor) and edge_attr.dim() == 1 and self.edge_dim == 1:
+            edge_attr = edge_attr.unsqueeze(-1)
+        checks.edge_index(edge_index)
+        checks.edge_features("edge_attr", edge_attr, edge_index.size(1), self.edge_dim,
+                             "; one row of features per edge of edge_index")
+        return edge_attr
 
     def forward(self, x: Optional[Tensor], pos: Tensor, batch: Optional[Tensor] = None,
                 stabilizer: Optional[Tensor] = None, num_graphs: Optional[int] = None,
-                edge_index: Optional[Tensor] = None) -> Tensor:
+                edge_index: Optional[Tensor] = None, edge_attr: Optional[Tensor] = None) -> Tensor:
         """Invariant prediction ``(B, out_channels)`` (with ``irreps_out``: an
         ``irreps_out`` tensor per graph that rotates with the input).
 
@@ -258,8 +299,11 @@ class LieTransformer(Module):
                 instead of the model's own ``radius`` graph and expanded to all lift pairs;
                 the graph must be built from the positions alone for the output to stay
                 invariant.
+            edge_attr: ``(E, edge_dim)`` features of the edges of ``edge_index`` (models built
+                with ``edge_dim`` only; ``(E,)`` when ``edge_dim=1``); invariant features keep
+                the output invariant.
         """
-        h, lifted, _ = self.lifted_features(x, pos, batch, stabilizer, edge_index)
+        h, lifted, _ = self.lifted_features(x, pos, batch, stabilizer, edge_index, edge_attr)
         if num_graphs is None:
             num_graphs = count_graphs(batch)
         if self.irreps_out is not None:

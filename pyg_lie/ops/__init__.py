@@ -22,8 +22,8 @@ and never re-enters the operator. See ``docs/ops.md``.
 """
 from __future__ import annotations
 
-from ._backend import (BACKENDS, backend, dispatch_counts, get_backend, reset_dispatch_counts, serves,
-                       set_backend, triton_available)
+from ._backend import (BACKENDS, backend, dispatch_counts, get_backend, native_available, reset_dispatch_counts,
+                       serves, set_backend, triton_available)
 from ._common import transpose_csr
 from .attention import composite_attention, composite_attention_backward, csr_attention, csr_softmax_attention
 from .graph import (argsort_keys, complete_edges, csr_scan, csr_transpose, expand_edges, radius_graph,
@@ -33,7 +33,7 @@ from .mlp import composite_mlp, composite_mlp_backward, edge_mlp, mlp
 from .sparse import sddmm, segment_softmax, spmm, spmm_permuted, transposed_spmm
 
 __all__ = ["BACKENDS", "backend", "set_backend", "get_backend", "serves", "dispatch_counts", "reset_dispatch_counts",
-           "triton_available", "csr_attention", "csr_softmax_attention", "composite_attention",
+           "triton_available", "native_available", "csr_attention", "csr_softmax_attention", "composite_attention",
            "composite_attention_backward", "mlp", "edge_mlp", "composite_mlp", "composite_mlp_backward",
            "transpose_csr", "sddmm", "spmm", "spmm_permuted", "transposed_spmm", "segment_softmax", "sort_keys",
            "argsort_keys", "csr_scan", "csr_transpose", "expand_edges", "complete_edges", "radius_graph",

@@ -10,7 +10,7 @@ from typing import Dict, Iterator, Tuple
 import torch
 
 __all__ = ["BACKENDS", "set_backend", "get_backend", "backend", "dispatch_counts", "reset_dispatch_counts",
-           "triton_available"]
+           "triton_available", "native_available"]
 
 #: the backends one can select; ``auto`` picks per device (see :func:`set_backend`)
 BACKENDS = ("auto", "composite", "native", "triton")
@@ -108,6 +108,12 @@ def triton_available() -> bool:
         except Exception:  # noqa: BLE001 - any import failure means "no Triton"
             _triton_ok = False
     return _triton_ok
+
+
+def native_available() -> bool:
+    """True if the native CPU kernels are built and enabled (``PYG_LIE_NATIVE`` is not ``0``);
+    for reports: the operators choose their kernels themselves."""
+    return _native_module().available()
 
 
 def serves(x: torch.Tensor) -> bool:

@@ -18,15 +18,16 @@ import torch
 from torch import Tensor
 
 from . import _backend
-from ._common import float_tensor, index_tensor, same_device
+from ._common import float_tensor, plain, same_device
 
 __all__ = ["se2_relative_log", "composite_se2_relative_log"]
 
 
-def composite_se2_relative_log(g: Tensor, src: Tensor, dst: Tensor, cut_below: Optional[float]) -> Tensor:
+def composite_se2_relative_log(g: Tensor, edge_index: Tensor, cut_below: Optional[float]) -> Tensor:
     """The reference semantics of :func:`se2_relative_log` in differentiable torch operations."""
     from ..groups._safe import half_cot_half  # imported here: pyg_lie.groups imports this package
 
+    src, dst = edge_index[0], edge_index[1]
     rows = g[:, :2, :].reshape(g.shape[0], 6)  # R00 R01 t0 R10 R11 t1
     a00, a01, a02, a10, a11, a12 = rows.index_select(0, dst).unbind(1)  # target i
     b00, b01, b02, b10, b11, b12 = rows.index_select(0, src).unbind(1)  # source j
@@ -45,48 +46,48 @@ def composite_se2_relative_log(g: Tensor, src: Tensor, dst: Tensor, cut_below: O
     return xi * factor.unsqueeze(-1)
 
 
-def _native_ok(g: Tensor, src: Tensor) -> bool:
+def _native_ok(g: Tensor, edge_index: Tensor) -> bool:
     nat = _backend._native_module()
-    return g.dtype == torch.float32 and nat.available() and nat.usable(g, src)
+    return g.dtype == torch.float32 and nat.available() and nat.usable(g, edge_index)
 
 
 @torch.library.custom_op("pyg_lie::se2_relative_log", mutates_args=())
-def _se2_log_op(g: Tensor, src: Tensor, dst: Tensor, cut_below: Optional[float]) -> Tensor:
+def _se2_log_op(g: Tensor, edge_index: Tensor, cut_below: Optional[float]) -> Tensor:
     res = []
 
     def native_ok() -> bool:
-        if not _native_ok(g, src):
+        if not _native_ok(g, edge_index):
             return False
-        res.append(_backend._native_module().se2_relative_log(g, torch.stack([src, dst]), cut_below))
-        return res[0] is not None
+        res.append(_backend._native_module().se2_relative_log(g, edge_index, cut_below))
+        return res[0] is not None  # None: an index out of range (raised below)
 
     if _backend.choose("se2_relative_log", g.device, native_ok, lambda: False) == "native":
         return res[0]
-    if src.numel():  # (the native kernel checks the range itself)
-        lo, hi = torch.aminmax(torch.cat([src, dst]))
+    if edge_index.numel():
+        lo, hi = torch.aminmax(edge_index)
         if int(lo) < 0 or int(hi) >= g.shape[0]:
             raise ValueError(f"edge_index must hold node indices in [0, {g.shape[0]}) (rows of g)")
-    return composite_se2_relative_log(g, src, dst, cut_below).contiguous()
+    return composite_se2_relative_log(g, edge_index, cut_below).contiguous()
 
 
 @_se2_log_op.register_fake
-def _(g, src, dst, cut_below):
-    return g.new_empty(src.shape[0], 3)
+def _(g, edge_index, cut_below):
+    return g.new_empty(edge_index.shape[1], 3)
 
 
 def _setup(ctx, inputs, output) -> None:
-    g, src, dst, ctx.cut_below = inputs
-    ctx.save_for_backward(g, src, dst)
+    g, edge_index, ctx.cut_below = inputs
+    ctx.save_for_backward(g, edge_index)
 
 
 def _backward(ctx, grad: Tensor):
-    g, src, dst = ctx.saved_tensors
+    g, edge_index = ctx.saved_tensors
     create_graph = torch.is_grad_enabled()
     with torch.enable_grad():
         gi = g if create_graph else g.detach().requires_grad_()
-        xi = composite_se2_relative_log(gi, src, dst, ctx.cut_below)
+        xi = composite_se2_relative_log(gi, edge_index, ctx.cut_below)
         (gg,) = torch.autograd.grad(xi, gi, grad, create_graph=create_graph)
-    return gg, None, None, None
+    return gg, None, None
 
 
 _se2_log_op.register_autograd(_backward, setup_context=_setup)
@@ -102,7 +103,8 @@ def se2_relative_log(g: Tensor, edge_index: Tensor, cut_below: Optional[float] =
     if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.shape[0] != 2:
         raise ValueError(f"edge_index must be a (2, E) index tensor, got "
                          f"{getattr(edge_index, 'shape', type(edge_index).__name__)}")
-    src, dst = index_tensor("edge_index[0]", edge_index[0]), index_tensor("edge_index[1]", edge_index[1])
-    same_device(g=g, edge_index=src)
-    src, dst = src.long(), dst.long()
-    return _se2_log_op(g, src, dst, None if cut_below is None else float(cut_below))
+    edge_index = plain("edge_index", edge_index)
+    if edge_index.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"edge_index must be an int64 (or int32) index tensor, got {edge_index.dtype}")
+    same_device(g=g, edge_index=edge_index)
+    return _se2_log_op(g, edge_index.long(), None if cut_below is None else float(cut_below))

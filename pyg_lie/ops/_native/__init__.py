@@ -1,30 +1,27 @@
-"""Native CPU kernels, compiled on first use with the system's C compiler and loaded with ctypes.
+"""Native CPU kernels, compiled on first use with the system's C compiler and loaded with ctypes:
+the CPU implementations of the operators of :mod:`pyg_lie.ops`, which are their only callers.
 
 :func:`headwise_forward` / :func:`headwise_backward` run the fused edge MLPs of
-``headwise_mlp.c`` (float32, CPU): one MLP per head (:class:`~pyg_lie.nn._edge_mlp.HeadwiseMLP`)
-or one shared ``Linear``/``SiLU`` MLP (a single "head" with several outputs).
-:func:`csr_sddmm` / :func:`csr_spmm` run the multi-head CSR products of ``csr_products.c``
-(float32 and float64, CPU) behind :mod:`pyg_lie.nn._sparse_ops`, and :func:`csr_attention` /
-:func:`csr_attention_backward` (same file, float32) the fused softmax attention of
-:func:`pyg_lie.nn.attention_core.csr_softmax_attention`. For building graphs:
-:func:`radix_sort` (``radix_sort.c``, the stable sort behind :mod:`pyg_lie._sort`),
-:func:`expand_edges` / :func:`complete_edges` (``edge_lists.c``, the lifted and complete
-graphs' edges of :mod:`pyg_lie.nn.lifted_edges`) and :func:`csr_scan` (``csr_scan.c``, the
-row pointer of :class:`~pyg_lie.nn._sparse_ops.CSRStructure`). :func:`se2_relative_log`
-(``se2_log.c``) computes :meth:`pyg_lie.groups.SE2.relative_log` in one pass,
-:func:`radius_graph` (``radius_graph.c``) the radius graphs of :mod:`pyg_lie.neighbors` by
-cell lists, and
-:func:`segment_softmax` / :func:`segment_softmax_backward` (``segment_softmax.c``) the
-softmax over target-sorted edges of :mod:`pyg_lie.nn.attention_core`. The ``*.c``
-files here (with ``simd.h``, their eight-float vector type and helpers, ``csr.h``, the
-CSR-pointer check, and ``softmax.h``, the softmax of one segment) are built into one shared
-library, once per sources, compiler flags and CPU, into ``$PYG_LIE_CACHE`` (default
-``$XDG_CACHE_HOME/pyg_lie`` or ``~/.cache/pyg_lie``) with ``-O3 -march=native -fopenmp``; it
-needs only a C compiler (``$CC`` or ``cc``), no PyTorch headers, and builds in about a
-second. Its threads are torch's: the OpenMP runtime it links (``libgomp.so.1``) resolves, in a
-process that imported torch, to the copy torch loaded, so ``torch.set_num_threads`` applies and
-no second pool competes with torch's spinning workers. Where no compiler works, a warning says
-why once and the callers fall back to their torch kernels (same values, slower).
+``headwise_mlp.c`` (float32): one MLP per head or one shared ``Linear``/``SiLU`` MLP (a single
+"head" with several outputs), for ``pyg_lie::mlp``. :func:`csr_sddmm` / :func:`csr_spmm` run
+the multi-head CSR products of ``csr_products.c`` (float32 and float64, ``pyg_lie::csr_sddmm``
+and ``csr_spmm``), and :func:`csr_attention` / :func:`csr_attention_backward` (same file,
+float32) the fused softmax attention (``pyg_lie::csr_attention``). For building graphs:
+:func:`radix_sort` (``radix_sort.c``, ``pyg_lie::sort_keys``), :func:`expand_edges` /
+:func:`complete_edges` (``edge_lists.c``), :func:`csr_scan` / :func:`csr_transpose`
+(``csr_scan.c``) and :func:`radius_graph` (``radius_graph.c``, cell lists).
+:func:`se2_relative_log` (``se2_log.c``) computes SE(2) relative logarithms in one pass, and
+:func:`segment_softmax` / :func:`segment_softmax_backward` (``segment_softmax.c``) the softmax
+over target-sorted edges. The ``*.c`` files here (with ``simd.h``, their eight-float vector
+type and helpers, ``csr.h``, the CSR-pointer check, and ``softmax.h``, the softmax of one
+segment) are built into one shared library, once per sources, compiler flags and CPU, into
+``$PYG_LIE_CACHE`` (default ``$XDG_CACHE_HOME/pyg_lie`` or ``~/.cache/pyg_lie``) with ``-O3
+-march=native -fopenmp``; it needs only a C compiler (``$CC`` or ``cc``), no PyTorch headers,
+and builds in about a second. Its threads are torch's: the OpenMP runtime it links
+(``libgomp.so.1``) resolves, in a process that imported torch, to the copy torch loaded, so
+``torch.set_num_threads`` applies and no second pool competes with torch's spinning workers.
+Where no compiler works, a warning says why once and the operators run their composite
+(pure torch) implementations (same values, slower).
 ``PYG_LIE_NATIVE=0`` disables the native kernels.
 """
 from __future__ import annotations

@@ -231,6 +231,14 @@ def test_layer_repr_reset_sequential_and_errors():
         LieAlgebraAttention(8, 4, G, chart="clamp")
     with pytest.raises(ValueError, match="x must have shape"):
         layer(torch.randn(5, 7), ei, g)
+    with pytest.raises(ValueError, match="x is torch.float64 but the model's parameters are torch.float32"):
+        layer(torch.randn(5, 8, dtype=torch.float64), ei, g)
+    with pytest.raises(ValueError, match="x must be a floating-point tensor"):
+        layer(torch.ones(5, 8, dtype=torch.long), ei, g)
+    with pytest.raises(ValueError, match=r"edge_index holds node index 5, outside \[0, 5\)"):
+        layer(torch.randn(5, 8), torch.tensor([[0, 5], [1, 1]]), g)
+    with pytest.raises(ValueError, match="edge_index holds node index -1"):
+        layer(torch.randn(5, 8), torch.tensor([[0, -1], [1, 1]]), g)
     with pytest.raises(ValueError, match="w must have shape"):
         layer(torch.randn(5, 8), ei, g, w=torch.zeros(3, 3))
     with pytest.raises(ValueError, match="edge_index must hold integer node indices"):

@@ -263,11 +263,14 @@ class LieAlgebraAttention(MessagePassing):
                 return_attention_weights: Optional[bool] = None,
                 w: Optional[Tensor] = None, valid: Optional[Tensor] = None):
         """See the class docstring for shapes."""
-        if x.dim() != 2 or x.shape[-1] != self.in_channels:
-            raise ValueError(f"x must have shape (N, {self.in_channels}), got {tuple(x.shape)}")
+        if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[-1] != self.in_channels:
+            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape (N, {self.in_channels}), got {got}")
+        checks.floating("x", x, self.lin_value.weight)
         given = edge_index
         checks.edge_index(edge_index)
-        edge_index = checks.plain_index("edge_index", edge_index)  # EdgeIndex / Index: a plain int64 tensor
+        # EdgeIndex / Index: a plain int64 tensor, every index a node
+        edge_index = checks.index_tensor("edge_index", edge_index, x.size(0))
         checks.group_elements(self.group, g, x.size(0), members=w is None)
         if w is None:
             w, valid = relative_log(self.group, g, edge_index, self.chart)

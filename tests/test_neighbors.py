@@ -446,3 +446,40 @@ def test_complete_graph_takes_an_edge_index_style_subclass():
 
     batch = torch.tensor([0, 0, 1, 1, 1])
     assert torch.equal(nb.complete_graph(Index(batch)), nb.complete_graph(batch))
+
+
+# --------------------------------------------------------------- k nearest neighbours
+KNN_BACKENDS = ["kdtree", "cdist"] + (["torch_cluster"] if HAS_TC else [])
+
+
+@pytest.mark.parametrize("backend", KNN_BACKENDS)
+@pytest.mark.parametrize("loop", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_knn_graph_matches_brute_force(backend, loop, dtype):
+    for seed, (n, d, graphs) in enumerate([(40, 2, 3), (60, 3, 1), (25, 1, 4)]):
+        pos, batch = random_cloud(n, d, graphs, dtype, seed)
+        if seed == 0:  # integer grid points: many equal distances, ties by the source index
+            pos = torch.randint(0, 4, (n, d), generator=torch.Generator().manual_seed(seed)).to(dtype)
+        for k in (1, 3, 8, 100):
+            ref = ref_pairs(pos, pos, np.inf, batch, batch, same=True, loop=loop, k=k)
+            check(nb.knn_graph(pos, k, batch, loop=loop, backend=backend), ref)
+
+
+def test_knn_graph_unsorted_batch_empty_and_errors():
+    pos, batch = random_cloud(30, 2, 3, torch.float64, 7)
+    perm = torch.randperm(30, generator=torch.Generator().manual_seed(0))
+    ref = ref_pairs(pos[perm], pos[perm], np.inf, batch[perm], batch[perm], same=True, loop=False, k=4)
+    for backend in KNN_BACKENDS:
+        check(nb.knn_graph(pos[perm], 4, batch[perm], backend=backend), ref)
+    assert nb.knn_graph(pos, 0, batch).shape == (2, 0)
+    assert nb.knn_graph(pos[:0], 3).shape == (2, 0)
+    assert nb.knn_graph(pos[:1], 3).shape == (2, 0)
+    assert nb.knn_graph(pos[:1], 3, loop=True).tolist() == [[0], [0]]
+    with pytest.raises(ValueError, match="k must be an int >= 0"):
+        nb.knn_graph(pos, -1)
+    with pytest.raises(ValueError, match="k must be an int >= 0"):
+        nb.knn_graph(pos, 2.0)
+    with pytest.raises(ValueError, match="floating-point"):
+        nb.knn_graph(pos.long(), 2)
+    with pytest.raises(ValueError, match="batch must be 1-D"):
+        nb.knn_graph(pos, 2, batch[:-1])

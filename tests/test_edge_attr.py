@@ -147,10 +147,11 @@ def test_fused_unfused_and_composite_agree(name, dtype):
     layer.fused = True
     results = {"fused": run()}
     if name == "lsa":  # the one-operator path: the edge term rides on the location scores
-        ops.reset_dispatch_counts()
-        with ops.backend("composite"):
-            results["composite"] = run()
-        assert ops.dispatch_counts().get(("csr_attention", "composite"), 0) >= 1
+        for backend in ["composite"] + (["triton"] if ops.triton_available() else []):
+            ops.reset_dispatch_counts()
+            with ops.backend(backend):
+                results[backend] = run()
+            assert ops.dispatch_counts().get(("csr_attention", backend), 0) >= 1
     for key, (out, grads) in results.items():
         assert torch.allclose(out, ref, **tol), (key, (out - ref).abs().max())
         for a, b in zip(grads, ref_grads):

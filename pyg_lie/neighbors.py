@@ -570,7 +570,7 @@ def _native_radius_graph(pos: Tensor, r: float, batch: Optional[Tensor], loop: b
     """:func:`radius_graph` by the native cell lists (``_native/radius_graph.c``) where they
     apply: CPU, 1 to 3 dimensions, ``batch`` sorted or ``None``, outside ``torch.compile``;
     else ``None``."""
-    from .nn import _native  # imported here: pyg_lie.nn imports this module
+    from .ops import _native
 
     n, d = pos.shape
     if pos.device.type != "cpu" or not 1 <= d <= 3 or n == 0 or _is_compiling() or not _native.available():

@@ -286,8 +286,8 @@ def test_parity_32x64_native_head_width():
 @pytest.mark.parametrize("optimized, channels", [(True, 4), (True, 16), (False, 4)])
 def test_longitude_shift_commutes_exactly(mode, optimized, channels):
     """Shifting by whole longitude steps commutes with the layer; on the engine bitwise (every
-    longitude sums its neighbours in the same order), for head width 2 (unfused steps) and 8
-    (the fused native kernel)."""
+    longitude sums its neighbours in the same order), for head widths 2 (zero-padded to the
+    kernel's 8) and 8."""
     ins, outs = MODES[mode]
     m = S2NeighborhoodAttention(channels, ins, outs, grid_in="legendre-gauss", grid_out="legendre-gauss",
                                 num_heads=2, use_qknorm=True, optimized_kernel=optimized)

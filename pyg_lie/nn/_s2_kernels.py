@@ -25,8 +25,8 @@ from torch import Tensor
 
 from .. import _checks as checks
 from .._sort import argsort_keys
-from ._sparse_ops import CSRStructure, csr_scores, to_edge_order
-from .attention_core import csr_edge_attention, csr_softmax_attention
+from ._sparse_ops import CSRStructure, to_edge_order
+from .attention_core import csr_softmax_attention
 
 __all__ = ["geodesic_neighbors", "BipartiteCSR", "neighborhood_attention"]
 
@@ -169,8 +169,11 @@ class BipartiteCSR:
 
 
 # --------------------------------------------------------------------------- attention
-def _pad_rows(t: Tensor, n: int) -> Tensor:
-    return t if t.shape[0] == n else torch.cat([t, t.new_zeros(n - t.shape[0], *t.shape[1:])], 0)
+def _padded(t: Tensor, rows: int, width: int) -> Tensor:
+    """``t (N, M, D)`` with zero rows up to ``rows`` and zero channels up to ``width`` (one copy)."""
+    if t.shape[0] == rows and t.shape[-1] == width:
+        return t
+    return torch.nn.functional.pad(t, (0, width - t.shape[-1], 0, 0, 0, rows - t.shape[0]))
 
 
 def neighborhood_attention(q: Tensor, k: Tensor, v: Tensor, log_w: Optional[Tensor], graph: BipartiteCSR,
@@ -198,19 +201,20 @@ def neighborhood_attention(q: Tensor, k: Tensor, v: Tensor, log_w: Optional[Tens
     """
     s = graph.csr
     n, E = s.num_nodes, s.col.numel()
-    lead = q.shape[1:-1]
-    q2 = _pad_rows(q.reshape(q.shape[0], -1, q.shape[-1]), n)
-    k2 = _pad_rows(k.reshape(k.shape[0], -1, k.shape[-1]), n)
-    v2 = _pad_rows(v.reshape(v.shape[0], -1, v.shape[-1]), n)
+    lead, Dv = q.shape[1:-1], v.shape[-1]
+    # One width for keys and values, in float32 a multiple of 8, the width of the fused kernel
+    # (narrower heads through the unfused steps took over twice as long): zero channels add
+    # nothing to q . k, and the value's zero channels give output channels that are dropped.
+    width = max(q.shape[-1], Dv)
+    if q.dtype == torch.float32:
+        width = -(-width // 8) * 8
+    q2, k2, v2 = (_padded(t.reshape(t.shape[0], -1, t.shape[-1]), n, width) for t in (q, k, v))
     M = q2.shape[1]
     if log_w is None:
         l = q2.new_zeros(M, E)
     else:
         l = log_w.to(q2.dtype).index_select(0, s.col).unsqueeze(0).expand(M, E).contiguous()
-    if v2.shape == q2.shape:
-        out, w = csr_softmax_attention(s, q2, k2, v2, l)
-    else:  # value width != key width: the engine's unfused steps
-        out, w = csr_edge_attention(s, csr_scores(s, q2, k2) + l, v2)
-    out = out[:graph.num_dst].reshape(graph.num_dst, *lead, v.shape[-1])
+    out, w = csr_softmax_attention(s, q2, k2, v2, l)
+    out = out[:graph.num_dst, :, :Dv].reshape(graph.num_dst, *lead, Dv)
     alpha = to_edge_order(s, w.t()).reshape(E, *lead) if need_weights else None
     return out, alpha

@@ -305,7 +305,7 @@ class S2NeighborhoodAttention(S2AttentionConv):
         log_w = self.log_quad_weights(g["quad_weights"], q.dtype)  # type: ignore[arg-type]
         self._check_isolated(g["edge_index"], q.shape[0], graph)  # type: ignore[arg-type]
         o, _ = neighborhood_attention(q, k, v, log_w, graph)  # (N_out, B * H, Dv)
-        o = o.view(o.shape[0], B, -1).permute(1, 2, 0)  # (B, C_out, N_out) view, read transposed by the GEMM
+        o = o.reshape(o.shape[0], B, -1).permute(1, 2, 0)  # (B, C_out, N_out), read transposed by the GEMM
         P = self.proj_weights.flatten(1)
         if self.proj_bias is not None:
             out = torch.baddbmm(self.proj_bias.view(1, -1, 1), P.expand(B, -1, -1), o)

@@ -194,3 +194,14 @@ def test_block_passes_edge_attr():
     assert (out - block(x, ei, g, edge_attr=torch.zeros(E, 2, dtype=D))).abs().max() > 1e-4
     with pytest.raises(ValueError, match="edge_dim=2 and needs edge_attr"):
         block(x, ei, g)
+
+
+@pytest.mark.parametrize("name", ["lsa", "laa"])
+def test_edge_attr_compiles_without_graph_breaks(name):
+    torch.manual_seed(6)
+    ei, g = _graph(N=10, E=40)
+    ei = ei[:, torch.argsort(ei[1] * 10 + ei[0])]
+    layer = LAYERS[name](edge_dim=2).double()
+    x, ea = torch.randn(10, 8, dtype=D), torch.randn(40, 2, dtype=D)
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    assert torch.allclose(compiled(x, ei, g, edge_attr=ea), layer(x, ei, g, edge_attr=ea), atol=1e-12)

@@ -78,7 +78,9 @@ from ._checks import nonnegative_int, positive_int
 from ._sort import argsort_keys, sort_keys
 from .groups import LieGroup, get_group
 from .groups.base import LogNormEmbedding, _is_compiling
+from .ops import native_available
 from .ops.graph import complete_edges
+from .ops.graph import radius_graph as radius_graph_op
 
 __all__ = [
     "radius_graph",
@@ -567,13 +569,12 @@ def radius_graph(pos: Tensor, r: float, batch: Optional[Tensor] = None, loop: bo
 
 
 def _native_radius_graph(pos: Tensor, r: float, batch: Optional[Tensor], loop: bool) -> Optional[Tensor]:
-    """:func:`radius_graph` by the native cell lists (``_native/radius_graph.c``) where they
-    apply: CPU, 1 to 3 dimensions, ``batch`` sorted or ``None``, outside ``torch.compile``;
-    else ``None``."""
-    from .ops import _native
-
+    """:func:`radius_graph` by the ``radius_graph`` operator of :mod:`pyg_lie.ops` (the native
+    cell lists of ``_native/radius_graph.c``) where they apply: CPU with the native kernels
+    built, 1 to 3 dimensions, ``batch`` sorted or ``None``, outside ``torch.compile``; else
+    ``None`` (the k-d tree and the other backends then search)."""
     n, d = pos.shape
-    if pos.device.type != "cpu" or not 1 <= d <= 3 or n == 0 or _is_compiling() or not _native.available():
+    if pos.device.type != "cpu" or not 1 <= d <= 3 or n == 0 or _is_compiling() or not native_available():
         return None
     if batch is None:
         ptr = torch.tensor([0, n])
@@ -582,7 +583,7 @@ def _native_radius_graph(pos: Tensor, r: float, batch: Optional[Tensor], loop: b
             return None
         ranks = _sorted_ranks(batch)
         ptr = _group_ptr(ranks, int(ranks[-1]) + 1)
-    return _native.radius_graph(pos, ptr, r, loop)
+    return radius_graph_op(pos, ptr, r, loop)
 
 
 def radius(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor] = None,

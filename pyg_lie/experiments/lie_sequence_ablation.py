@@ -5,8 +5,9 @@ or below the MLP score C. This command varies one factor at a time from a base r
 ``pyg-lie train lie-sequence`` (per-token head) and trains G and C under each, with the
 same seeds, so that the factor that moves G against C can be read off:
 
-* ``base``: the defaults (pyg_lie's algebra coordinates, block weights started at the
-  temperature, the data set's default steps, ``--steps`` optimiser steps);
+* ``base``: the paper's model (pyg_lie's algebra coordinates, block weights started at
+  the temperature as in the paper, the data set's default steps, ``--steps`` optimiser
+  steps);
 * ``paper-coords``: the attention layers see the paper's coordinates (rotation angle /
   rotation vector, log-scale and shear), i.e. those blocks of ``w_ij`` divided by
   ``sqrt(2)``: pyg_lie's Frobenius-orthonormal basis makes them ``sqrt(2)`` x larger;
@@ -73,7 +74,7 @@ def _base_args(args) -> argparse.Namespace:
     from . import lie_sequence
     p = argparse.ArgumentParser(add_help=False)
     lie_sequence.add_arguments(p)
-    base = p.parse_args(["--group", args.group, "--head", "token"])
+    base = p.parse_args(["--group", args.group, "--head", "token", "--score-init", "1"])  # the paper's init
     base.steps, base.train_size, base.test_size, base.batch_size = (args.steps, args.train_size, args.test_size,
                                                                     args.batch_size)
     return base

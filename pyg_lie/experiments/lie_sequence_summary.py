@@ -21,7 +21,7 @@ import os
 import time
 from types import SimpleNamespace
 
-from ..cli.types import device_name, nonnegative_float, nonnegative_int, positive_int
+from ..cli.types import device_name, nonnegative_float, nonnegative_int, positive_float, positive_int
 from . import lie_sequence
 from .lie_sequence import GROUP_CHOICES, MODEL_LETTER, PAPER, SCORE_CHOICES, aggregate
 
@@ -35,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=nonnegative_float, default=d.lr)
     parser.add_argument("--head", default=d.head, choices=["midpoint", "pair", "token"],
                         help="completion head (see pyg-lie train lie-sequence --help)")
+    parser.add_argument("--score-init", type=positive_float, default=d.score_init,
+                        help="model G's initial lambda / tau (see pyg-lie train lie-sequence --help)")
     parser.add_argument("--train-size", type=positive_int, default=d.train_size)
     parser.add_argument("--test-size", type=positive_int, default=d.test_size)
     parser.add_argument("--threads", type=nonnegative_int, default=1)
@@ -74,7 +76,7 @@ def _experiment_defaults() -> argparse.Namespace:
 def _train_args(args) -> SimpleNamespace:
     cfg = vars(_experiment_defaults())
     cfg.update(steps=args.steps, batch_size=args.batch_size, lr=args.lr, head=args.head, train_size=args.train_size,
-               test_size=args.test_size, device=args.device)
+               test_size=args.test_size, device=args.device, score_init=args.score_init)
     return SimpleNamespace(**cfg)
 
 

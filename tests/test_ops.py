@@ -424,7 +424,7 @@ def test_mlp_opcheck():
     params = [torch.randn(4, 3, requires_grad=True), torch.randn(4, requires_grad=True),
               torch.randn(2, 4, requires_grad=True), torch.randn(2, requires_grad=True)]
     with ops.backend("composite"):
-        torch.library.opcheck(torch.ops.pyg_lie.mlp.default, (x, params, False), test_utils=OPCHECKS)
+        torch.library.opcheck(torch.ops.pyg_lie.mlp.default, (x, params, False, 64), test_utils=OPCHECKS)
 
 
 # ---------------------------------------------------------------- the interpreter, the GPU script

@@ -89,8 +89,9 @@ def reset_dispatch_counts() -> None:
 
 
 def _count(op: str, name: str) -> None:
+    key = (op, name)
     with _lock:
-        _counts[(op, name)] += 1
+        _counts[key] += 1
 
 
 _triton_ok = None
@@ -123,9 +124,36 @@ def serves(x: torch.Tensor) -> bool:
     return x.device.type == "cuda" or _current != "auto"
 
 
+def direct(*ts) -> bool:
+    """True where an operator may call its implementation without the dispatcher (whose
+    custom-operator machinery costs tens of microseconds a call, as much as a whole kernel on a
+    small graph): eager mode on plain CPU or CUDA tensors, no ``torch.compile`` tracing, no
+    dispatch mode (fake tensors, ``make_fx``), no functorch transform and no autocast (which
+    the registered operators handle). The result is the same either way."""
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():
+        return False
+    if torch._C._functorch.peek_interpreter_stack() is not None:
+        return False
+    if torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda"):
+        return False
+    return all(t is None or ((type(t) is torch.Tensor or type(t) is torch.nn.Parameter)
+                             and t.device.type in ("cpu", "cuda")) for t in ts)
+
+
+def call(op, impl, *args):
+    """``op(*args)``, or its implementation ``impl(*args)`` where :func:`direct` allows."""
+    return impl(*args) if direct(*(a for a in args if isinstance(a, torch.Tensor))) else op(*args)
+
+
+_native = None
+
+
 def _native_module():
-    """:mod:`pyg_lie.ops._native`, the native CPU kernels."""
-    from . import _native
+    """:mod:`pyg_lie.ops._native`, the native CPU kernels (imported on first use)."""
+    global _native
+    if _native is None:
+        from . import _native as module
+        _native = module
     return _native
 
 

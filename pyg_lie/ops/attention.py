@@ -120,8 +120,7 @@ def _triton_ok(q) -> bool:
     return q.shape[-1] <= 256 and q.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
-@torch.library.custom_op("pyg_lie::csr_attention", mutates_args=())
-def _attention_op(q: Tensor, k: Tensor, v: Tensor, l: Optional[Tensor], b: Optional[Tensor], crow: Tensor,
+def _attention_impl(q: Tensor, k: Tensor, v: Tensor, l: Optional[Tensor], b: Optional[Tensor], crow: Tensor,
                   col: Tensor, crow_t: Optional[Tensor], col_t: Optional[Tensor],
                   perm_t: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
     fused = []
@@ -148,13 +147,15 @@ def _attention_op(q: Tensor, k: Tensor, v: Tensor, l: Optional[Tensor], b: Optio
     return out, w.contiguous()
 
 
+_attention_op = torch.library.custom_op("pyg_lie::csr_attention", _attention_impl, mutates_args=())
+
+
 @_attention_op.register_fake
 def _(q, k, v, l, b, crow, col, crow_t, col_t, perm_t):
     return torch.empty_like(q), q.new_empty(q.shape[1], col.shape[0])
 
 
-@torch.library.custom_op("pyg_lie::csr_attention_backward", mutates_args=())
-def _attention_backward_op(g: Tensor, gw: Optional[Tensor], q: Tensor, k: Tensor, v: Tensor, w: Tensor,
+def _attention_backward_impl(g: Tensor, gw: Optional[Tensor], q: Tensor, k: Tensor, v: Tensor, w: Tensor,
                            crow: Tensor, col: Tensor, crow_t: Optional[Tensor], col_t: Optional[Tensor],
                            perm_t: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     fused = []
@@ -182,6 +183,10 @@ def _attention_backward_op(g: Tensor, gw: Optional[Tensor], q: Tensor, k: Tensor
     return gq, gk, gv, ds.contiguous()
 
 
+_attention_backward_op = torch.library.custom_op("pyg_lie::csr_attention_backward", _attention_backward_impl,
+                                                 mutates_args=())
+
+
 @_attention_backward_op.register_fake
 def _(g, gw, q, k, v, w, crow, col, crow_t, col_t, perm_t):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(w)
@@ -189,6 +194,7 @@ def _(g, gw, q, k, v, w, crow, col, crow_t, col_t, perm_t):
 
 def _setup(ctx, inputs, output) -> None:
     q, k, v, l, b, crow, col, crow_t, col_t, perm_t = inputs
+    ctx.set_materialize_grads(False)  # an unused w gets no zero gradient to read
     ctx.has_l, ctx.has_b = l is not None, b is not None
     ctx.b_per_head = b is not None and b.dim() == 2
     ctx.save_for_backward(q, k, v, l, b, crow, col, crow_t, col_t, perm_t, output[1])
@@ -206,7 +212,8 @@ def _backward(ctx, g: Optional[Tensor], gw: Optional[Tensor]):
         _, w = composite_attention(q, k, v, l, b, crow, col)
         gq, gk, gv, ds = composite_attention_backward(q, k, v, w, g, gw, crow, col)
     else:
-        gq, gk, gv, ds = _attention_backward_op(g, gw, q, k, v, w, crow, col, crow_t, col_t, perm_t)
+        gq, gk, gv, ds = _backend.call(_attention_backward_op, _attention_backward_impl, g, gw, q, k, v, w, crow,
+                                       col, crow_t, col_t, perm_t)
     need = ctx.needs_input_grad
     gl = ds if ctx.has_l and need[3] else None
     gb = None
@@ -218,6 +225,21 @@ def _backward(ctx, g: Optional[Tensor], gw: Optional[Tensor]):
 
 _attention_op.register_autograd(_backward, setup_context=_setup)
 float32_under_autocast(_attention_op, _attention_backward_op)
+
+
+class _Attention(torch.autograd.Function):
+    """The operator's autograd rule without the dispatcher, for eager calls
+    (:func:`pyg_lie.ops._backend.direct`)."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        output = _attention_impl(*inputs)
+        _setup(ctx, inputs, output)
+        return output
+
+    @staticmethod
+    def backward(ctx, g, gw):
+        return _backward(ctx, g, gw)
 
 
 # ---------------------------------------------------------------------------------- entry points
@@ -277,7 +299,8 @@ def csr_attention(q: Tensor, k: Tensor, v: Tensor, crow: Tensor, col: Tensor, l:
             check_csr_values(crow_t, col_t, N, names=("transpose: crow_t", "transpose: col_t"))
             if E and bool((perm_t < 0).any() | (perm_t >= E).any()):
                 raise ValueError(f"transpose: perm_t must hold edge positions in [0, {E})")
-    return _attention_op(q, k, v, l, b, crow, col, crow_t, col_t, perm_t)
+    args = (q, k, v, l, b, crow, col, crow_t, col_t, perm_t)
+    return _Attention.apply(*args) if _backend.direct(*args) else _attention_op(*args)
 
 
 def plain_bias(b) -> Optional[Tensor]:

@@ -61,8 +61,7 @@ def _composite_sort(key: Tensor, perm: bool) -> Tuple[Tensor, Tensor]:
     return torch.from_numpy(packed // E), torch.from_numpy(packed % E)
 
 
-@torch.library.custom_op("pyg_lie::sort_keys", mutates_args=())
-def _sort_op(key: Tensor, perm: bool) -> Tuple[Tensor, Tensor]:
+def _sort_op_impl(key: Tensor, perm: bool) -> Tuple[Tensor, Tensor]:
     res = []
 
     def native_ok() -> bool:
@@ -75,6 +74,9 @@ def _sort_op(key: Tensor, perm: bool) -> Tuple[Tensor, Tensor]:
         out, order = res[0]
         return out, order if perm else key.new_empty(0)
     return _composite_sort(key, perm)
+
+
+_sort_op = torch.library.custom_op("pyg_lie::sort_keys", _sort_op_impl, mutates_args=())
 
 
 @_sort_op.register_fake
@@ -93,13 +95,13 @@ def _key(key) -> Tensor:
 def sort_keys(key: Tensor) -> Tensor:
     """Ascending copy of the int64 ``key (E,)`` (other integer types are read as int64, PyG's
     ``Index`` as a plain tensor)."""
-    return _sort_op(_key(key), False)[0]
+    return _backend.call(_sort_op, _sort_op_impl, _key(key), False)[0]
 
 
 def argsort_keys(key: Tensor) -> Tuple[Tensor, Tensor]:
     """``(sorted key, perm)`` with ``sorted = key[perm]`` for the int64 ``key (E,)``; stable
     (equal keys keep their order)."""
-    return _sort_op(_key(key), True)
+    return _backend.call(_sort_op, _sort_op_impl, _key(key), True)
 
 
 # ---------------------------------------------------------------------------------- CSR patterns
@@ -124,8 +126,7 @@ def composite_csr_scan(src: Tensor, dst: Tensor, num_nodes: int) -> Tuple[Tensor
     return crow, info
 
 
-@torch.library.custom_op("pyg_lie::csr_scan", mutates_args=())
-def _csr_scan_op(src: Tensor, dst: Tensor, num_nodes: int) -> Tuple[Tensor, Tensor]:
+def _csr_scan_op_impl(src: Tensor, dst: Tensor, num_nodes: int) -> Tuple[Tensor, Tensor]:
     res = []
 
     def native_ok() -> bool:
@@ -140,6 +141,9 @@ def _csr_scan_op(src: Tensor, dst: Tensor, num_nodes: int) -> Tuple[Tensor, Tens
     return composite_csr_scan(src, dst, num_nodes)
 
 
+_csr_scan_op = torch.library.custom_op("pyg_lie::csr_scan", _csr_scan_op_impl, mutates_args=())
+
+
 @_csr_scan_op.register_fake
 def _(src, dst, num_nodes):
     return dst.new_empty(num_nodes + 1), dst.new_empty(3)
@@ -151,7 +155,7 @@ def csr_scan(src: Tensor, dst: Tensor, num_nodes: int) -> Optional[Tuple[Tensor,
     ``[0, num_nodes)``, else ``None``. ``degree``: the common in-degree ``K >= 1`` of every
     node (else 0); ``complete``: the nodes form consecutive blocks of ``K`` and every node's
     sources are its block."""
-    crow, info = _csr_scan_op(src, dst, int(num_nodes))
+    crow, info = _backend.call(_csr_scan_op, _csr_scan_op_impl, src, dst, int(num_nodes))
     ok, degree, complete = info.tolist()
     return (crow, degree, bool(complete)) if ok else None
 
@@ -167,8 +171,7 @@ def composite_csr_transpose(crow: Tensor, col: Tensor) -> Tuple[Tensor, Tensor, 
     return crow_t, col_t, perm_t, iperm_t
 
 
-@torch.library.custom_op("pyg_lie::csr_transpose", mutates_args=())
-def _csr_transpose_op(crow: Tensor, col: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+def _csr_transpose_op_impl(crow: Tensor, col: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     res = []
 
     def native_ok() -> bool:
@@ -182,6 +185,9 @@ def _csr_transpose_op(crow: Tensor, col: Tensor) -> Tuple[Tensor, Tensor, Tensor
     return composite_csr_transpose(crow, col)
 
 
+_csr_transpose_op = torch.library.custom_op("pyg_lie::csr_transpose", _csr_transpose_op_impl, mutates_args=())
+
+
 @_csr_transpose_op.register_fake
 def _(crow, col):
     return torch.empty_like(crow), torch.empty_like(col), torch.empty_like(col), torch.empty_like(col)
@@ -192,7 +198,7 @@ def csr_transpose(crow: Tensor, col: Tensor) -> Tuple[Tensor, Tensor, Tensor, Te
     (E,)`` (sources in ``[0, N)``): the transposed pattern (rows = sources; the edges of a
     source keep their target order), ``perm_t`` the position in ``col`` of every transposed
     edge and ``iperm_t`` its inverse."""
-    return _csr_transpose_op(crow, col)
+    return _backend.call(_csr_transpose_op, _csr_transpose_op_impl, crow, col)
 
 
 # ------------------------------------------------------------------------------- edge lists
@@ -214,11 +220,13 @@ def composite_expand_edges(ptr: Tensor, col: Tensor, K: int) -> Tensor:
     return torch.stack([col[e] * K + b, owner * K + a])
 
 
-@torch.library.custom_op("pyg_lie::expand_edges", mutates_args=())
-def _expand_op(ptr: Tensor, col: Tensor, K: int) -> Tensor:
+def _expand_op_impl(ptr: Tensor, col: Tensor, K: int) -> Tensor:
     if _backend.choose("expand_edges", col.device, lambda: _native() is not None, _no_triton) == "native":
         return _native().expand_edges(ptr, col, K)
     return composite_expand_edges(ptr, col, K)
+
+
+_expand_op = torch.library.custom_op("pyg_lie::expand_edges", _expand_op_impl, mutates_args=())
 
 
 @_expand_op.register_fake
@@ -231,7 +239,7 @@ def expand_edges(ptr: Tensor, col: Tensor, K: int) -> Tensor:
     1,)``, ``col (E,)``: lifted target ``i K + a`` hears ``j K + b`` for every base source ``j``
     of ``i`` and every ``b < K``, in (target, source) order when the sources of every base
     target ascend."""
-    return _expand_op(ptr, col, int(K))
+    return _backend.call(_expand_op, _expand_op_impl, ptr, col, int(K))
 
 
 def composite_complete_edges(start: Tensor) -> Tensor:
@@ -248,11 +256,13 @@ def composite_complete_edges(start: Tensor) -> Tensor:
     return torch.stack([src, dst])
 
 
-@torch.library.custom_op("pyg_lie::complete_edges", mutates_args=())
-def _complete_op(start: Tensor) -> Tensor:
+def _complete_op_impl(start: Tensor) -> Tensor:
     if _backend.choose("complete_edges", start.device, lambda: _native() is not None, _no_triton) == "native":
         return _native().complete_edges(start)
     return composite_complete_edges(start)
+
+
+_complete_op = torch.library.custom_op("pyg_lie::complete_edges", _complete_op_impl, mutates_args=())
 
 
 @_complete_op.register_fake
@@ -270,7 +280,7 @@ def complete_edges(start: Tensor) -> Tensor:
                          f"{tuple(start.shape)}")
     if start.numel() > 1 and bool((start[1:] < start[:-1]).any()):
         raise ValueError("start must be non-decreasing (the first node of every graph, then N)")
-    return _complete_op(start)
+    return _backend.call(_complete_op, _complete_op_impl, start)
 
 
 # ------------------------------------------------------------------------------- radius graphs
@@ -297,8 +307,7 @@ def composite_radius_graph(pos: Tensor, ptr: Tensor, r: float, loop: bool) -> Te
     return torch.cat(parts, 1) if parts else torch.empty(2, 0, dtype=torch.long, device=pos.device)
 
 
-@torch.library.custom_op("pyg_lie::radius_graph", mutates_args=())
-def _radius_op(pos: Tensor, ptr: Tensor, r: float, loop: bool) -> Tensor:
+def _radius_op_impl(pos: Tensor, ptr: Tensor, r: float, loop: bool) -> Tensor:
     res = []
 
     def native_ok() -> bool:  # the cell lists decline clouds far denser in places than their box
@@ -310,6 +319,9 @@ def _radius_op(pos: Tensor, ptr: Tensor, r: float, loop: bool) -> Tensor:
     if _backend.choose("radius_graph", pos.device, native_ok, _no_triton) == "native":
         return res[0]
     return composite_radius_graph(pos, ptr, r, loop)
+
+
+_radius_op = torch.library.custom_op("pyg_lie::radius_graph", _radius_op_impl, mutates_args=())
 
 
 @_radius_op.register_fake
@@ -339,4 +351,4 @@ def radius_graph(pos: Tensor, ptr: Tensor, r: float, loop: bool = False) -> Tens
         raise ValueError(f"ptr must be non-decreasing from 0 to N = {pos.shape[0]}")
     if not bool(torch.isfinite(pos).all()):
         raise ValueError("pos must be finite")
-    return _radius_op(pos.detach(), ptr, r, bool(loop))
+    return _backend.call(_radius_op, _radius_op_impl, pos.detach(), ptr, r, bool(loop))

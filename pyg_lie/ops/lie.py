@@ -51,8 +51,7 @@ def _native_ok(g: Tensor, edge_index: Tensor) -> bool:
     return g.dtype == torch.float32 and nat.available() and nat.usable(g, edge_index)
 
 
-@torch.library.custom_op("pyg_lie::se2_relative_log", mutates_args=())
-def _se2_log_op(g: Tensor, edge_index: Tensor, cut_below: Optional[float]) -> Tensor:
+def _se2_log_impl(g: Tensor, edge_index: Tensor, cut_below: Optional[float]) -> Tensor:
     res = []
 
     def native_ok() -> bool:
@@ -68,6 +67,9 @@ def _se2_log_op(g: Tensor, edge_index: Tensor, cut_below: Optional[float]) -> Te
         if int(lo) < 0 or int(hi) >= g.shape[0]:
             raise ValueError(f"edge_index must hold node indices in [0, {g.shape[0]}) (rows of g)")
     return composite_se2_relative_log(g, edge_index, cut_below).contiguous()
+
+
+_se2_log_op = torch.library.custom_op("pyg_lie::se2_relative_log", _se2_log_impl, mutates_args=())
 
 
 @_se2_log_op.register_fake
@@ -93,6 +95,20 @@ def _backward(ctx, grad: Tensor):
 _se2_log_op.register_autograd(_backward, setup_context=_setup)
 
 
+class _RelativeLog(torch.autograd.Function):
+    """The operator's autograd rule without the dispatcher, for eager calls."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        output = _se2_log_impl(*inputs)
+        _setup(ctx, inputs, output)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _backward(ctx, grad)
+
+
 def se2_relative_log(g: Tensor, edge_index: Tensor, cut_below: Optional[float] = None) -> Tensor:
     """``(E, 3)`` coordinates of ``log(g_i^{-1} g_j)`` for SE(2) elements ``g (N, 3, 3)`` and
     ``edge_index (2, E)`` (row 0 source ``j``, row 1 target ``i``, indices in ``[0, N)``); see
@@ -107,4 +123,5 @@ def se2_relative_log(g: Tensor, edge_index: Tensor, cut_below: Optional[float] =
     if edge_index.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"edge_index must be an int64 (or int32) index tensor, got {edge_index.dtype}")
     same_device(g=g, edge_index=edge_index)
-    return _se2_log_op(g, edge_index.long(), None if cut_below is None else float(cut_below))
+    args = (g, edge_index.long(), None if cut_below is None else float(cut_below))
+    return _RelativeLog.apply(*args) if _backend.direct(g, args[1]) else _se2_log_op(*args)

@@ -123,8 +123,7 @@ def _chunked_backward(g: Tensor, x: Tensor, params: Sequence[Tensor], headwise: 
     return _chunked.chunked_backward(g, x, params, chunk, need_x)
 
 
-@torch.library.custom_op("pyg_lie::mlp", mutates_args=())
-def _mlp_op(x: Tensor, params: List[Tensor], headwise: bool, chunk: int = DEFAULT_CHUNK) -> Tensor:
+def _mlp_impl(x: Tensor, params: List[Tensor], headwise: bool, chunk: int) -> Tensor:
     P = _as_heads(params, headwise)
     which = _backend.choose("mlp", x.device, lambda: _native_ok(x, P), lambda: _triton_ok(x, P), "chunked")
     if which == "chunked":
@@ -139,16 +138,18 @@ def _mlp_op(x: Tensor, params: List[Tensor], headwise: bool, chunk: int = DEFAUL
         return composite_mlp(x, params, headwise).contiguous()
 
 
+_mlp_op = torch.library.custom_op("pyg_lie::mlp", _mlp_impl, mutates_args=())
+
+
 @_mlp_op.register_fake
-def _(x, params, headwise, chunk=DEFAULT_CHUNK):
+def _(x, params, headwise, chunk):
     if headwise:
         return x.new_empty(params[0].shape[0], x.shape[0])
     return x.new_empty(x.shape[0], params[-2].shape[0])
 
 
-@torch.library.custom_op("pyg_lie::mlp_backward", mutates_args=())
-def _mlp_backward_op(g: Tensor, x: Tensor, params: List[Tensor], headwise: bool, need_x: bool,
-                     chunk: int = DEFAULT_CHUNK) -> List[Tensor]:
+def _mlp_backward_impl(g: Tensor, x: Tensor, params: List[Tensor], headwise: bool, need_x: bool,
+                     chunk: int) -> List[Tensor]:
     P = _as_heads(params, headwise)
     which = _backend.choose("mlp_backward", x.device, lambda: _native_ok(x, P), lambda: _triton_ok(x, P),
                             "chunked")
@@ -176,8 +177,11 @@ def _mlp_backward_op(g: Tensor, x: Tensor, params: List[Tensor], headwise: bool,
     return [x.new_empty(0) if gx is None else gx.contiguous(), *grads]
 
 
+_mlp_backward_op = torch.library.custom_op("pyg_lie::mlp_backward", _mlp_backward_impl, mutates_args=())
+
+
 @_mlp_backward_op.register_fake
-def _(g, x, params, headwise, need_x, chunk=DEFAULT_CHUNK):
+def _(g, x, params, headwise, need_x, chunk):
     return [x.new_empty(x.shape if need_x else (0,)), *[torch.empty_like(p) for p in params]]
 
 
@@ -186,18 +190,40 @@ def _setup(ctx, inputs, output) -> None:
     ctx.save_for_backward(x, *params)
 
 
-def _backward(ctx, g: Tensor):
+def _grads(ctx, g: Tensor, need_x: bool, need_p):
     x, *params = ctx.saved_tensors
-    need_x, need_p = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     if torch.is_grad_enabled():  # differentiable: the closed form in torch operations
         gx, *gp = composite_mlp_backward(g, x, params, ctx.headwise, need_x)
     else:
-        gx, *gp = _mlp_backward_op(g.contiguous(), x, params, ctx.headwise, need_x, ctx.chunk)
-    return (gx if need_x else None), [t if need else None for t, need in zip(gp, need_p)], None, None
+        gx, *gp = _backend.call(_mlp_backward_op, _mlp_backward_impl, g.contiguous(), x, params, ctx.headwise,
+                                need_x, ctx.chunk)
+    return (gx if need_x else None), [t if need else None for t, need in zip(gp, need_p)]
+
+
+def _backward(ctx, g: Tensor):
+    gx, gp = _grads(ctx, g, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+    return gx, gp, None, None
 
 
 _mlp_op.register_autograd(_backward, setup_context=_setup)
 float32_under_autocast(_mlp_op, _mlp_backward_op)
+
+
+class _MLP(torch.autograd.Function):
+    """The operator's autograd rule without the dispatcher, for eager calls (parameters
+    flattened into the arguments)."""
+
+    @staticmethod
+    def forward(ctx, x, headwise, chunk, *params):
+        output = _mlp_impl(x, list(params), headwise, chunk)
+        _setup(ctx, (x, params, headwise, chunk), output)
+        return output
+
+    @staticmethod
+    def backward(ctx, g):
+        need = ctx.needs_input_grad
+        gx, gp = _grads(ctx, g, need[0], need[3:])
+        return (gx, None, None, *gp)
 
 
 # ---------------------------------------------------------------------------------- entry points
@@ -209,10 +235,13 @@ def mlp(x: Tensor, params: Sequence[Tensor], headwise: bool = False, chunk: Opti
     x = float_tensor("x", x, 2)
     if not isinstance(params, (list, tuple)) or len(params) < 2 or len(params) % 2:
         raise ValueError("params must be a list [W_0, b_0, ..., W_L, b_L] of weights and biases")
-    params = [plain(f"params[{i}]", p) for i, p in enumerate(params)]
-    device = same_device(x=x, **{f"params[{i}]": p for i, p in enumerate(params)})
-    if not autocasting(device):
-        same_dtype(x=x, **{f"params[{i}]": p for i, p in enumerate(params)})
+    params = [p if type(p) is Tensor or isinstance(p, torch.nn.Parameter) else plain(f"params[{i}]", p)
+              for i, p in enumerate(params)]
+    if any(p.device != x.device or p.dtype != x.dtype for p in params):  # name the culprit
+        named = {f"params[{i}]": p for i, p in enumerate(params)}
+        device = same_device(x=x, **named)
+        if not autocasting(device):
+            same_dtype(x=x, **named)
     wd = 3 if headwise else 2
     prev = x.shape[1]
     H = params[0].shape[0] if headwise and params[0].dim() == 3 else 1
@@ -232,6 +261,8 @@ def mlp(x: Tensor, params: Sequence[Tensor], headwise: bool = False, chunk: Opti
     chunk = DEFAULT_CHUNK if chunk is None else int(chunk)
     if chunk < 1:
         raise ValueError(f"chunk must be a positive int, got {chunk}")
+    if _backend.direct(x, *params):
+        return _MLP.apply(x, headwise, chunk, *params)
     return _mlp_op(x, params, headwise, chunk)
 
 

@@ -193,8 +193,7 @@ def _native_softmax_ok(dim: int, *ts: Tensor) -> bool:
         and nat.segment_softmax_supported(*ts)
 
 
-@torch.library.custom_op("pyg_lie::segment_softmax", mutates_args=())
-def _segment_softmax_op(s: Tensor, ptr: Tensor, dim: int) -> Tensor:
+def _segment_softmax_impl(s: Tensor, ptr: Tensor, dim: int) -> Tensor:
     s = s.contiguous()
     which = _backend.choose("segment_softmax", s.device, lambda: _native_softmax_ok(dim, s), _no_triton)
     if which == "native":
@@ -205,13 +204,15 @@ def _segment_softmax_op(s: Tensor, ptr: Tensor, dim: int) -> Tensor:
     return composite_segment_softmax(s, ptr, dim).contiguous()
 
 
+_segment_softmax_op = torch.library.custom_op("pyg_lie::segment_softmax", _segment_softmax_impl, mutates_args=())
+
+
 @_segment_softmax_op.register_fake
 def _(s, ptr, dim):
     return s.new_empty(s.shape)
 
 
-@torch.library.custom_op("pyg_lie::segment_softmax_backward", mutates_args=())
-def _segment_softmax_backward_op(g: Tensor, w: Tensor, ptr: Tensor, dim: int) -> Tensor:
+def _segment_softmax_backward_impl(g: Tensor, w: Tensor, ptr: Tensor, dim: int) -> Tensor:
     g, w = g.contiguous(), w.contiguous()
     which = _backend.choose("segment_softmax_backward", w.device, lambda: _native_softmax_ok(dim, g, w), _no_triton)
     if which == "native":
@@ -223,6 +224,10 @@ def _segment_softmax_backward_op(g: Tensor, w: Tensor, ptr: Tensor, dim: int) ->
     offsets = ptr if dim == 0 else ptr.expand(w.shape[0], ptr.numel()).contiguous()
     t = torch.segment_reduce(gw, "sum", offsets=offsets, axis=dim, unsafe=True)
     return gw.sub_(w * select(t, dim, rows_of(ptr, w.shape[dim])))
+
+
+_segment_softmax_backward_op = torch.library.custom_op("pyg_lie::segment_softmax_backward",
+                                                     _segment_softmax_backward_impl, mutates_args=())
 
 
 @_segment_softmax_backward_op.register_fake
@@ -244,11 +249,25 @@ def _softmax_backward(ctx, g: Tensor):
         w = softmax(s, index, num_nodes=n, dim=dim)
         t = scatter(g * w, index, dim=dim, dim_size=n, reduce="sum")
         return w * (g - select(t, dim, index)), None, None
-    return _segment_softmax_backward_op(g, w, ptr, dim), None, None
+    return _backend.call(_segment_softmax_backward_op, _segment_softmax_backward_impl, g, w, ptr, dim), None, None
 
 
 _segment_softmax_op.register_autograd(_softmax_backward, setup_context=_softmax_setup)
 float32_under_autocast(_segment_softmax_op, _segment_softmax_backward_op)
+
+
+class _SegmentSoftmax(torch.autograd.Function):
+    """The operator's autograd rule without the dispatcher, for eager calls."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        output = _segment_softmax_impl(*inputs)
+        _softmax_setup(ctx, inputs, output)
+        return output
+
+    @staticmethod
+    def backward(ctx, g):
+        return _softmax_backward(ctx, g)
 
 
 def segment_softmax(s: Tensor, ptr: Tensor, dim: int = 1) -> Tensor:
@@ -261,4 +280,4 @@ def segment_softmax(s: Tensor, ptr: Tensor, dim: int = 1) -> Tensor:
         raise ValueError(f"s must be a 2-D tensor, got {getattr(s, 'shape', type(s).__name__)}")
     if dim not in (0, 1):
         raise ValueError(f"dim must be 0 or 1, got {dim!r}")
-    return _segment_softmax_op(s, ptr, dim)
+    return _SegmentSoftmax.apply(s, ptr, dim) if _backend.direct(s, ptr) else _segment_softmax_op(s, ptr, dim)

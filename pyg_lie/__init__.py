@@ -7,11 +7,11 @@ from ._lazy import lazy_getattr
 __version__ = "0.1.0"
 
 _LAZY = {"register_graphgym": "pyg_lie.graphgym"}
-__all__ = ["groups", "neighbors", "nn", "models", "datasets", "register_graphgym", "__version__"]
+__all__ = ["groups", "neighbors", "nn", "models", "datasets", "testing", "register_graphgym", "__version__"]
 
 
 def __getattr__(name: str):
-    if name in ("neighbors", "nn", "models", "datasets", "vit"):
+    if name in ("neighbors", "nn", "models", "datasets", "vit", "testing", "ops", "interop"):
         import importlib
         return importlib.import_module(f"pyg_lie.{name}")
     return lazy_getattr(__name__, _LAZY)(name)

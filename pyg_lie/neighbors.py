@@ -77,7 +77,7 @@ from . import _checks as checks
 from ._checks import nonnegative_int, positive_int
 from ._sort import argsort_keys, sort_keys
 from .groups import LieGroup, get_group
-from .groups.base import LogNormEmbedding, _is_compiling
+from .groups.base import LogNormEmbedding, _is_compiling, chart_safe_log
 from .ops import native_available
 from .ops.graph import complete_edges
 from .ops.graph import radius_graph as radius_graph_op
@@ -809,8 +809,6 @@ def complete_graph(batch: Optional[Tensor] = None, self_loops: bool = True, *,
 # ----------------------------------------------------------------- log-metric graphs
 def _log_norm(group: LieGroup, rel: Tensor, chart: str) -> Tensor:
     """``||vee(log(rel))||`` for relative poses ``rel (E, m, m)``, ``(E,)``; inf outside the chart."""
-    from .nn.lie_algebra_attention import chart_safe_log  # imported here: pyg_lie.nn imports this module
-
     w, valid = chart_safe_log(group, rel, chart, what="candidate pair")
     d = w.norm(dim=-1)
     if valid is not None:
@@ -879,7 +877,7 @@ def log_knn_graph(group: Union[str, LieGroup], g: Tensor, k: int, batch: Optiona
         self_loops: add ``i -> i`` (counted apart from the ``k``).
         chunk: work-block size (see ``method``).
         chart: out-of-chart handling (affine groups, see
-            :func:`~pyg_lie.nn.lie_algebra_attention.chart_safe_log`); such pairs are never edges.
+            :func:`~pyg_lie.groups.base.chart_safe_log`); such pairs are never edges.
         method: ``"auto"``, ``"embedding"`` or ``"brute"``.
 
     Returns:

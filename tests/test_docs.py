@@ -184,7 +184,7 @@ def test_mkdocs_build_strict(tmp_path):
 
 
 # pages whose ```python blocks are self-contained and quick; each block runs as written
-RUNNABLE = ("README.md", "docs/groups.md", "docs/lie_transformer.md", "docs/pyg_tooling.md")
+RUNNABLE = ("README.md", "docs/groups.md", "docs/lie_transformer.md", "docs/pyg_tooling.md", "docs/testing.md")
 
 
 def _examples():

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch_geometric.nn import Sequential
 
-from pyg_lie.benchmarks.lie_self_attention import dense_lie_self_attention
+from pyg_lie.testing import dense_lie_self_attention
 from pyg_lie.groups import GROUPS, get_group
 from pyg_lie.nn.lie_self_attention import LieSelfAttention
 from pyg_lie.nn.lie_transformer_block import LieTransformerBlock
@@ -452,7 +452,8 @@ def test_benchmark_dense_model_computes_the_model(monkeypatch):
     """``--dense-model`` times the official algorithm (dense pair tensors) on the same model:
     in float64 with reproducible lifts it gives the model's outputs and gradients, on complete
     clouds and on a radius graph; and ``run_config`` times it."""
-    from pyg_lie.benchmarks.lie_self_attention import _dense_adjacency, dense_model_forward, run_config
+    from pyg_lie.benchmarks.lie_self_attention import run_config
+    from pyg_lie.testing import dense_adjacency, dense_model_forward
     from pyg_lie.models import LieTransformer
     torch.manual_seed(0)
     pos = torch.randn(12, 2, dtype=torch.float64)
@@ -461,7 +462,7 @@ def test_benchmark_dense_model_computes_the_model(monkeypatch):
     for group, K, radius in (("SE2", 2, None), ("T2", 1, None), ("SE2", 2, 1.2)):
         model = LieTransformer(group, 3, 8, 2, num_layers=2, heads=2, lift_samples=K, radius=radius,
                                kernel_dim=8, kernel_per_head=True).double().eval()
-        adj = _dense_adjacency(lifted_edges(pos, batch, K, radius), 2, 6 * K)
+        adj = dense_adjacency(lifted_edges(pos, batch, K, radius), 2, 6 * K)
         assert bool(adj.all()) == (radius is None)
         ref = model(x, pos, batch)
         ref_grads = torch.autograd.grad(ref.sum(), list(model.parameters()), allow_unused=True)

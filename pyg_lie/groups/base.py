@@ -7,8 +7,9 @@ inner product ``<A, B> = tr(A^T B)``, so ``||vee(X)|| = ||X||_F``.
 from __future__ import annotations
 
 import math
+import warnings
 from abc import ABC, abstractmethod
-from typing import NamedTuple, Optional, Sequence
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -180,7 +181,7 @@ class LieGroup(ABC):
         ``d(g_i, g_j) = ||vee(log(g_i^-1 g_j))||`` is bracketed by the embedding
         distance (:class:`LogNormEmbedding`), so neighbour searches in this metric
         can use a k-d tree on ``e`` and evaluate exact logs only on candidates
-        (:func:`pyg_lie.models.log_knn_graph`). Overrides: ``Tn`` (``e = t``,
+        (:func:`pyg_lie.neighbors.log_knn_graph`). Overrides: ``Tn`` (``e = t``,
         ``L = U = 1``), ``SO2``/``SO3`` (``e = vec(R)``, up to a column subset
         with the same distances), ``SE2``/``SE3`` (``e = (t, vec(R))``), all with
         ``L = 1``, ``U = pi / 2``. The bounds assume exact group elements
@@ -391,3 +392,43 @@ def batch_shape(*batch: int | Sequence[int]) -> tuple[int, ...]:
     if len(batch) == 1 and isinstance(batch[0], (tuple, list, torch.Size)):
         return tuple(batch[0])
     return tuple(int(b) for b in batch)
+
+
+CHART_MODES = ("mask", "error")
+
+
+def chart_safe_log(group: LieGroup, rel: Tensor, chart: str = "mask",
+                   what: str = "relative pose") -> Tuple[Tensor, Optional[Tensor]]:
+    r"""``vee(log(rel))`` with the documented out-of-chart behaviour.
+
+    Args:
+        group: the group.
+        rel: elements ``(E, m, m)``.
+        chart: ``"mask"``: elements outside the principal chart (only groups with
+            ``has_chart_boundary``, the affine groups, have any) get zero
+            coordinates from ``group.masked_log`` and are flagged invalid, with a
+            ``RuntimeWarning``;
+            ``"error"``: raise ``ValueError``.
+        what: noun used in the messages.
+
+    Returns:
+        ``(w, valid)``: ``w (E, dim)`` and ``valid (E,)`` bool, or ``None`` when the
+        group has no chart boundary (every element valid).
+    """
+    if chart not in CHART_MODES:
+        raise ValueError(f"chart must be one of {CHART_MODES}, got {chart!r}")
+    if not group.has_chart_boundary:
+        return group.log(rel), None
+    w, valid = group.masked_log(rel)  # zeros (and zero gradient) outside the chart
+    if not _is_compiling():
+        n_bad = int((~valid).sum())
+        if n_bad:
+            if chart == "error":
+                raise ValueError(
+                    f"{n_bad} {what}(s) lie outside the principal log chart of {group.name} "
+                    "(linear part with an eigenvalue on (-inf, 0]); use chart='mask' to drop them "
+                    "from the attention, or use smaller relative poses / a sparser graph")
+            warnings.warn(
+                f"{n_bad} {what}(s) outside the principal log chart of {group.name} were masked "
+                "(they get no attention weight)", RuntimeWarning, stacklevel=3)
+    return w, valid

@@ -53,52 +53,12 @@ from torch_geometric.nn.dense.linear import Linear
 from .. import _checks as checks
 from .._checks import positive_int
 from ..groups import LieGroup, get_group
-from ..groups.base import _is_compiling
+from ..groups.base import CHART_MODES, _is_compiling, chart_safe_log
 from ._edge_features import edge_score
 from ._explain import explain_mask, masked_edge_attention
 from .attention_core import edge_attention
 
 SCORES = ("closed_form", "mlp")
-CHART_MODES = ("mask", "error")
-
-
-def chart_safe_log(group: LieGroup, rel: Tensor, chart: str = "mask",
-                   what: str = "relative pose") -> Tuple[Tensor, Optional[Tensor]]:
-    r"""``vee(log(rel))`` with the documented out-of-chart behaviour.
-
-    Args:
-        group: the group.
-        rel: elements ``(E, m, m)``.
-        chart: ``"mask"``: elements outside the principal chart (only groups with
-            ``has_chart_boundary``, the affine groups, have any) get zero
-            coordinates from ``group.masked_log`` and are flagged invalid, with a
-            ``RuntimeWarning``;
-            ``"error"``: raise ``ValueError``.
-        what: noun used in the messages.
-
-    Returns:
-        ``(w, valid)``: ``w (E, dim)`` and ``valid (E,)`` bool, or ``None`` when the
-        group has no chart boundary (every element valid).
-    """
-    if chart not in CHART_MODES:
-        raise ValueError(f"chart must be one of {CHART_MODES}, got {chart!r}")
-    if not group.has_chart_boundary:
-        return group.log(rel), None
-    w, valid = group.masked_log(rel)  # zeros (and zero gradient) outside the chart
-    if not _is_compiling():
-        n_bad = int((~valid).sum())
-        if n_bad:
-            if chart == "error":
-                raise ValueError(
-                    f"{n_bad} {what}(s) lie outside the principal log chart of {group.name} "
-                    "(linear part with an eigenvalue on (-inf, 0]); use chart='mask' to drop them "
-                    "from the attention, or use smaller relative poses / a sparser graph")
-            warnings.warn(
-                f"{n_bad} {what}(s) outside the principal log chart of {group.name} were masked "
-                "(they get no attention weight)", RuntimeWarning, stacklevel=3)
-    return w, valid
-
-
 def relative_log(group: LieGroup, g: Tensor, edge_index: Tensor,
                  chart: str = "mask") -> Tuple[Tensor, Optional[Tensor]]:
     r"""Per-edge ``w_ij = vee(log(g_i^{-1} g_j))`` and chart validity.

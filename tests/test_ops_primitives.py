@@ -324,3 +324,39 @@ def test_pyg_index_subclasses_are_read_as_plain_tensors():
     pos = torch.rand(12, 2)
     assert torch.equal(ops.radius_graph(pos, Index(torch.tensor([0, 12])), 0.5),
                        ops.radius_graph(pos, torch.tensor([0, 12]), 0.5))
+
+
+def test_eager_calls_equal_the_registered_operators():
+    """Eager calls run the implementations without the dispatcher; the registered operators
+    (what ``torch.compile`` and fake tensors see) give the same values and gradients."""
+    from pyg_lie.groups import get_group
+    from pyg_lie.ops import _backend
+    crow, col, *_ = _graph(N=10, p=0.5)
+    E = col.numel()
+    gen = torch.Generator().manual_seed(12)
+    q, k, v = (torch.randn(10, 2, 8, generator=gen) for _ in range(3))
+    l = torch.randn(2, E, generator=gen)
+    x = torch.randn(E, 3, generator=gen)
+    params = [torch.randn(8, 3, generator=gen), torch.randn(8, generator=gen), torch.randn(2, 8, generator=gen),
+              torch.randn(2, generator=gen)]
+    g = get_group("SE2").random(10, generator=gen)
+    ei = torch.stack([col, torch.repeat_interleave(torch.arange(10), crow[1:] - crow[:-1])])
+    cases = [
+        (lambda q, k, v, l: ops.csr_attention(q, k, v, crow, col, l)[0],
+         lambda q, k, v, l: torch.ops.pyg_lie.csr_attention(q, k, v, l, None, crow, col, None, None, None)[0],
+         (q, k, v, l)),
+        (lambda x, *p: ops.mlp(x, list(p)), lambda x, *p: torch.ops.pyg_lie.mlp(x, list(p), False, 16384),
+         (x, *params)),
+        (lambda t: ops.se2_relative_log(t, ei), lambda t: torch.ops.pyg_lie.se2_relative_log(t, ei, None), (g,)),
+        (lambda s: ops.segment_softmax(s, crow, 1), lambda s: torch.ops.pyg_lie.segment_softmax(s, crow, 1), (l,)),
+    ]
+    assert _backend.direct(q, crow)
+    for eager, registered, inputs in cases:
+        a, b = _leaves(inputs), _leaves(inputs)
+        ya, yb = eager(*a), registered(*b)
+        assert torch.equal(ya, yb)
+        w = torch.randn(ya.shape, generator=gen)
+        (ya * w).sum().backward()
+        (yb * w).sum().backward()
+        for s, t in zip(a, b):
+            assert torch.equal(s.grad, t.grad)

@@ -21,8 +21,8 @@ from .. import _checks as checks
 from .._sort import argsort_keys
 from ..groups.base import _is_compiling
 from ..ops import graph as _graph
-from ..ops.sparse import _sddmm_op, _spmm_op, _spmm_permuted_op
-from ..ops.sparse import transposed_spmm as _transposed_spmm
+from ..ops.sparse import _sddmm_op, _spmm_op
+from ..ops.sparse import transposed_spmm as _transposed_spmm  # noqa: F401 (imported from here)
 
 __all__ = ["CSRStructure", "sddmm", "spmm", "csr_scores", "csr_aggregate", "to_edge_order"]
 

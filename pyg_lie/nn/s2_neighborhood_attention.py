@@ -300,8 +300,7 @@ class S2NeighborhoodAttention(S2AttentionConv):
         graph: BipartiteCSR = g["graph"]  # type: ignore[assignment]
         q = self._project_nodes(query, self.q_weights, self.q_bias, self.q_norm_weights, self.scale)
         k = self._project_nodes(key, self.k_weights, self.k_bias, self.k_norm_weights, None)
-        v = k if (value is key and self.v_weights is self.k_weights) else \
-            self._project_nodes(value, self.v_weights, self.v_bias, None, None)
+        v = self._project_nodes(value, self.v_weights, self.v_bias, None, None)
         log_w = self.log_quad_weights(g["quad_weights"], q.dtype)  # type: ignore[arg-type]
         self._check_isolated(g["edge_index"], q.shape[0], graph)  # type: ignore[arg-type]
         o, _ = neighborhood_attention(q, k, v, log_w, graph)  # (N_out, B * H, Dv)

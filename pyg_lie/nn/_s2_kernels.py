@@ -125,7 +125,7 @@ class BipartiteCSR:
         num_dst = checks.nonnegative_int("num_dst", num_dst)
         checks.edge_index(edge_index)
         ei = checks.plain_index("edge_index", edge_index)
-        if num_src != num_dst or keep_order:  # (a square graph is range-checked by CSRStructure.build)
+        if num_src != num_dst:  # (CSRStructure checks the indices of a square graph)
             checks.index_range("edge_index[0]", ei[0], num_src, "source")
             checks.index_range("edge_index[1]", ei[1], num_dst, "target")
         n = max(num_src, num_dst)

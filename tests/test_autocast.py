@@ -53,7 +53,7 @@ def test_lie_transformer_under_cpu_autocast(group, K, radius, per_head):
 
 
 def test_s2_neighborhood_attention_under_cpu_autocast():
-    """The fused S^2 operator (forward and hand-written backward) under bfloat16 autocast."""
+    """S^2 neighbourhood attention on the shared CSR attention engine (forward and backward) under bfloat16 autocast."""
     torch.manual_seed(0)
     layer = S2NeighborhoodAttention(8, (16, 32), (16, 32))
     x = torch.randn(2, 8, 16, 32)

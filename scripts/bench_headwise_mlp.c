@@ -1,8 +1,8 @@
-/* Timing harness for the native per-head edge MLP (pyg_lie/nn/_native/headwise_mlp.c), without
+/* Timing harness for the native per-head edge MLP (pyg_lie/ops/_native/headwise_mlp.c), without
  * Python: the official LieTransformer's location kernel, in -> 16 -> 16 -> 1 per head, on random
  * inputs and weights; prints the best of 30 forward and backward calls in ns per edge and head.
  *
- *   cc -O3 -march=native -fopenmp scripts/bench_headwise_mlp.c pyg_lie/nn/_native/headwise_mlp.c \
+ *   cc -O3 -march=native -fopenmp scripts/bench_headwise_mlp.c pyg_lie/ops/_native/headwise_mlp.c \
  *      -o /tmp/bench_headwise_mlp -lm
  *   /tmp/bench_headwise_mlp [threads=1] [edges=32768] [in=3] [heads=4]
  *

@@ -360,3 +360,17 @@ def test_eager_calls_equal_the_registered_operators():
         (yb * w).sum().backward()
         for s, t in zip(a, b):
             assert torch.equal(s.grad, t.grad)
+
+
+def test_graph_operators_opcheck():
+    crow, col, *_ = _graph(N=9, p=0.4)
+    row = torch.repeat_interleave(torch.arange(9), crow[1:] - crow[:-1])
+    checks = ("test_schema", "test_faketensor")
+    torch.library.opcheck(torch.ops.pyg_lie.sort_keys.default, (row * 9 + col, True), test_utils=checks)
+    torch.library.opcheck(torch.ops.pyg_lie.csr_scan.default, (col, row, 9), test_utils=checks)
+    torch.library.opcheck(torch.ops.pyg_lie.csr_transpose.default, (crow, col), test_utils=checks)
+    torch.library.opcheck(torch.ops.pyg_lie.expand_edges.default, (crow, col, 2), test_utils=checks)
+    # data-dependent output sizes: the fake implementations allocate dynamic sizes
+    torch.library.opcheck(torch.ops.pyg_lie.complete_edges.default, (torch.tensor([0, 3, 5]),), test_utils=checks)
+    torch.library.opcheck(torch.ops.pyg_lie.radius_graph.default, (torch.rand(20, 2), torch.tensor([0, 20]), 0.4, False),
+                          test_utils=checks)

@@ -9,6 +9,8 @@ from pyg_lie.groups import get_group
 from pyg_lie.groups.base import homogeneous
 from pyg_lie import ops
 
+pytestmark = pytest.mark.skipif(not ops.native_available(), reason="native kernels not built (no C compiler)")
+
 EPS32 = 2.0 ** -23
 SE2 = get_group("SE2")
 

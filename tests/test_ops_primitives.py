@@ -280,10 +280,8 @@ def test_mlp_chunked_cpu_path_matches_composite():
 
 
 # ------------------------------------------------------------------------ the native library's users
-#: modules still importing the native library, each to call the operator named instead:
-#: neighbors.py (``ops.radius_graph(pos, ptr, r, loop)``) and benchmarks/lie_self_attention.py
-#: (``ops.native_available()``)
-PENDING = {"neighbors.py", "benchmarks/lie_self_attention.py"}
+#: modules still importing the native library instead of calling an operator (none)
+PENDING: set = set()
 
 
 def test_no_module_outside_ops_imports_the_native_library():

@@ -237,10 +237,10 @@ def run_config(cfg: Dict) -> Dict:
         ei = lifted_edges(pos, batch, K, radius)
     elif cfg["impl"] in ("model", *MODEL_VARIANTS):
         from ..models.lie_transformer import LieTransformer
-        from ..nn import _native
+        from .. import ops
         if cfg["impl"] == "model-torch":  # this subprocess only
             os.environ["PYG_LIE_NATIVE"] = "0"
-        out["native"] = _native.available()
+        out["native"] = ops.native_available()
         arch = dict(OFFICIAL_ARCH, kernel_per_head=cfg["impl"] != "model-shared")
         model = LieTransformer(G, 1, d, 1, num_layers=cfg["layers"], heads=H, lift_samples=K, radius=radius,
                                **arch)

@@ -4,7 +4,7 @@
 #      reference, float32, float64 and bfloat16 autocast),
 #   2. the GPU benchmarks of scripts/gpu_check.py (JSON and a markdown table).
 # Runs from the source tree (PYTHONPATH=.); everything it writes goes to $OUT (default
-# ./gpu_check_out). Extra test paths: GPU_CHECK_TESTS="tests/test_ops.py tests/test_x.py".
+# ./gpu_check_out). Extra test paths: GPU_CHECK_TESTS="tests/ops tests/nn/test_x.py".
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu_check_out}"
@@ -20,7 +20,7 @@ cat "$OUT/environment.txt"
 
 status=0
 # shellcheck disable=SC2086
-timeout 200 "$PY" -m pytest -q -m cuda -p no:cacheprovider ${GPU_CHECK_TESTS:-tests/test_ops.py} \
+timeout 200 "$PY" -m pytest -q -m cuda -p no:cacheprovider ${GPU_CHECK_TESTS:-tests/ops tests/nn tests/models} \
   > "$OUT/pytest_cuda.txt" 2>&1 || status=$?
 tail -n 25 "$OUT/pytest_cuda.txt"
 echo "pytest -m cuda exit status: $status"

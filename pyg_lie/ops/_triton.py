@@ -8,7 +8,7 @@ exactly the code a GPU compiles. Kernels therefore call only Triton *builtins*
 Triton's standard library (``tl.sum``, ``tl.max``, ``tl.zeros``, ``tl.sigmoid``, ...) are
 compiled-only objects unless the interpreter was switched on at import; reductions go through
 ``tl.reduce`` with the standard library's combine functions instead, which the interpreter
-evaluates with numpy. ``tests/test_ops.py`` checks this rule on the source.
+evaluates with numpy. ``tests/ops/test_ops.py`` checks this rule on the source.
 
 Written for Triton 3.6 and later (nothing newer is used). This module imports Triton; import
 it only where Triton is available (:func:`pyg_lie.ops._backend.triton_available`).

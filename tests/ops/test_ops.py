@@ -19,7 +19,7 @@ from pyg_lie.ops import _backend
 
 pytestmark = pytest.mark.skipif(not ops.triton_available(), reason="Triton is not installed")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 

@@ -13,7 +13,7 @@ from pyg_lie.cli import build_parser
 from pyg_lie.training import DistEnv, MetricsLogger, fit, load_weights, train_loader
 from pyg_lie.training.logging import read_metrics
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ["--potential", "pair", "--hidden", "8", "--n-train", "16", "--n-val", "4", "--n-test", "2",
         "--rollout-steps", "5", "--epochs", "2", "--batch-size", "8", "--no-progress", "--device", "cpu"]
 

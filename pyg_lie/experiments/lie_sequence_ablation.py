@@ -20,7 +20,8 @@ Every finished run is cached as ``--out/<group>/<factor>_<model>_<seed>.json`` (
 rerun resumes). The result file ``results/lie-sequence-ablation/<group>.json`` has,
 per factor and model, the mean and std of the pose error over seeds, the largest
 seed's error, the number of seeds whose error stayed above 0.1 (a run that never left
-the initial plateau), the ratio G / C of the mean pose errors, and two numbers of the
+the initial plateau), the ratio G / C of the mean pose errors (for ``init-*`` against
+C's base runs, which those factors do not change), and two numbers of the
 freshly initialised model's first attention layer (:func:`initial_attention`): the weight
 a token gives itself and the order signal, how much its output says about where the token
 sits in the sequence. Example::
@@ -175,6 +176,9 @@ def summarize(grid) -> Dict[str, float]:
             out[key + "final_loss"] = float(torch.tensor([r["final_loss"] for r in runs]).mean())
         if "closed_form" in means and "mlp" in means:
             out[f"{factor}.G_over_C"] = means["closed_form"] / means["mlp"]
+    for factor in grid:  # C has no block weights: its runs under init-* are its base runs
+        if factor.startswith("init") and f"{factor}.G.pose_error" in out and "base.C.pose_error" in out:
+            out[f"{factor}.G_over_C"] = out[f"{factor}.G.pose_error"] / out["base.C.pose_error"]
     return out
 
 

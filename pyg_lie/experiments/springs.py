@@ -343,6 +343,7 @@ def plot_rollout_comparison(folder: str, out: Optional[str] = None) -> Optional[
     ``out``); returns its path, or None when there are no curves.
     """
     import glob
+    import re
 
     import matplotlib
     matplotlib.use("Agg")
@@ -363,7 +364,7 @@ def plot_rollout_comparison(folder: str, out: Optional[str] = None) -> Optional[
     colours: Dict[str, str] = {}
     labels, drifts = [], []
     for run, curve, meta in runs:
-        kind = run.rsplit("-n", 1)[0]
+        kind = re.sub(r"-n\d+", "", run)  # one colour per method, one line style per size
         c = colours.setdefault(kind, f"C{len(colours)}")
         n = meta.get("n_train", 0)
         ls = styles[sizes.index(n) % len(styles)]

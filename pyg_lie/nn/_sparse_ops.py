@@ -37,17 +37,6 @@ def _row_pointer(sorted_rows: Tensor, num_nodes: int) -> Tensor:
     return torch.searchsorted(sorted_rows, torch.arange(num_nodes + 1, device=sorted_rows.device))
 
 
-def _degree_and_complete(crow: Tensor, src: Tensor, dst: Tensor, num_nodes: int) -> Tuple[int, bool]:
-    """:attr:`CSRStructure.degree` and :attr:`CSRStructure.complete` of sorted edges."""
-    deg = crow[1:] - crow[:-1]
-    degree = int(deg[0]) if num_nodes and bool((deg == deg[0]).all()) else 0
-    complete = False
-    if degree and num_nodes % degree == 0:  # is node i's source list its whole block?
-        local = torch.arange(degree, device=dst.device).repeat(num_nodes)
-        complete = bool((src - (dst - dst % degree) == local).all())
-    return degree, complete
-
-
 @dataclass
 class CSRStructure:
     """Edges sorted by ``(dst, src)`` plus the transposed ordering.
@@ -141,7 +130,7 @@ class CSRStructure:
             crow = _row_pointer(dst, num_nodes)
             if compiling:
                 return cls(perm, dst, src, crow, num_nodes, checked=True)  # the transpose: built where needed
-            scanned = (crow, *_degree_and_complete(crow, src, dst, num_nodes))
+            scanned = (crow, *_graph.degree_and_complete(crow, src, dst, num_nodes))
         crow, degree, complete = scanned
         out = cls(perm, dst, src, crow, num_nodes, degree, complete, checked=True)
         if transpose and not complete:

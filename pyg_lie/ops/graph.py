@@ -116,14 +116,22 @@ def composite_csr_scan(src: Tensor, dst: Tensor, num_nodes: int) -> Tuple[Tensor
         if not in_range or bool((key[1:] < key[:-1]).any()):
             return crow, info
     crow = torch.searchsorted(dst, torch.arange(num_nodes + 1, device=dst.device))
+    degree, complete = degree_and_complete(crow, src, dst, num_nodes)
+    info[0], info[1], info[2] = 1, degree, int(complete)
+    return crow, info
+
+
+def degree_and_complete(crow: Tensor, src: Tensor, dst: Tensor, num_nodes: int) -> Tuple[int, bool]:
+    """Of edges sorted by ``(dst, src)`` with CSR pointer ``crow``: the common in-degree ``K``
+    of every target (0 if they differ), and whether every target's sources are exactly its
+    block of ``K`` consecutive nodes (complete graphs of equal size)."""
     deg = crow[1:] - crow[:-1]
     degree = int(deg[0]) if num_nodes and bool((deg == deg[0]).all()) else 0
     complete = False
     if degree and num_nodes % degree == 0:  # is node i's source list its whole block?
         local = torch.arange(degree, device=dst.device).repeat(num_nodes)
         complete = bool((src - (dst - dst % degree) == local).all())
-    info[0], info[1], info[2] = 1, degree, int(complete)
-    return crow, info
+    return degree, complete
 
 
 def _csr_scan_op_impl(src: Tensor, dst: Tensor, num_nodes: int) -> Tuple[Tensor, Tensor]:

@@ -250,10 +250,14 @@ def main(args: argparse.Namespace) -> int:
     path = os.path.join(args.out, f"{args.group}_ablation.png")
     plot(grid, path, f"{args.group}: one factor at a time, seeds {' '.join(map(str, args.seeds))}")
     from .results import record_run
-    notes = (f"ablation, one factor at a time from a base of {args.steps} steps of {args.batch_size}, "
-             f"{args.train_size} training sequences, per-token head, {len(args.seeds)} seed(s); "
-             f"init {args.init_scales[0]:g} / {args.init_scales[1]:g}, data scale {args.data_scale:g}, "
-             f"long = {args.long_factor} x steps (the paper states no budget)")
+    levels = {"init-low": f"init-low {args.init_scales[0]:g}", "init-high": f"init-high {args.init_scales[1]:g}",
+              "small-steps": f"data scale {args.data_scale:g}", "long": f"long = {args.long_factor} x steps"}
+    notes = "; ".join([f"ablation, one factor at a time from a base of {args.steps} steps of {args.batch_size}, "
+                       f"{args.train_size} training sequences, per-token head, the paper's start, "
+                       f"{len(args.seeds)} seed(s) (the paper states no budget)"]
+                      + [levels[f] for f in grid if f in levels]
+                      + (["read from the cached runs of earlier calls with the same options (--collect-only)"]
+                         if getattr(args, "collect_only", False) else []))
     record_run(args, "lie-sequence-ablation", args.group, ["train", "lie-sequence-ablation"], metrics=metrics,
                paper=paper_ratio(args.group), setting=notes, wall_time_s=time.time() - t0,
                seed=list(args.seeds), plots=[path])

@@ -132,6 +132,15 @@ def floating(name: str, value: Tensor, like: Optional[Tensor] = None) -> None:
                          f"{name}.to({like.dtype}) or convert the model (model.to({value.dtype}))")
 
 
+def node_features(name: str, x, channels: int, like: Optional[Tensor] = None) -> None:
+    """``x`` must be a floating-point ``(N, channels)`` tensor (of the dtype of the parameter
+    ``like`` where given; see :func:`floating`)."""
+    if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[-1] != channels:
+        got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"{name} must have shape (N, {channels}), got {got}")
+    floating(name, x, like)
+
+
 def tracing() -> bool:
     """True under ``torch.compile`` / ``torch.export`` and while a ``FakeTensorMode`` is active:
     no tensor values can be read (every data-dependent step must take its traceable form)."""

@@ -223,10 +223,7 @@ class LieAlgebraAttention(MessagePassing):
                 return_attention_weights: Optional[bool] = None,
                 w: Optional[Tensor] = None, valid: Optional[Tensor] = None):
         """See the class docstring for shapes."""
-        if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[-1] != self.in_channels:
-            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape (N, {self.in_channels}), got {got}")
-        checks.floating("x", x, self.lin_value.weight)
+        checks.node_features("x", x, self.in_channels, self.lin_value.weight)
         given = edge_index
         checks.edge_index(edge_index)
         # EdgeIndex / Index: a plain int64 tensor, every index a node

@@ -49,10 +49,7 @@ class VectorTokenAttention(MessagePassing):
             lin.reset_parameters()
 
     def forward(self, x: Tensor, edge_index: Tensor, return_attention_weights: Optional[bool] = None):
-        if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[-1] != self.in_channels:
-            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape (N, {self.in_channels}), got {got}")
-        checks.floating("x", x, self.lin_q.weight)
+        checks.node_features("x", x, self.in_channels, self.lin_q.weight)
         given = edge_index
         checks.edge_index(edge_index)
         edge_index = checks.index_tensor("edge_index", edge_index, x.shape[0])

@@ -12,6 +12,8 @@ _LAZY = {
     "equivariance_error": "pyg_lie.models.lie_algebra_losses",
     "EquivariantViT": "pyg_lie.models.equivariant_vit",
     "HamiltonianNODE": "pyg_lie.models.hamiltonian",
+    "FCPotential": "pyg_lie.models.springs_baselines",
+    "GraphNetworkPotential": "pyg_lie.models.springs_baselines",
 }
 __all__ = list(_LAZY)
 __getattr__ = lazy_getattr(__name__, _LAZY)

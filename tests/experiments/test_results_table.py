@@ -11,7 +11,7 @@ import pytest
 
 from pyg_lie.experiments.results import REQUIRED_FIELDS, load_result, read_results, setting_text, write_result
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script():

@@ -56,6 +56,7 @@ from ..groups import LieGroup, get_group
 from ..groups.base import CHART_MODES, _is_compiling, chart_safe_log
 from ._edge_features import edge_score
 from ._explain import explain_mask, masked_edge_attention
+from ._sparse_ops import CSRStructure, csr_aggregate, to_edge_order
 from .attention_core import edge_attention
 
 SCORES = ("closed_form", "mlp")
@@ -244,22 +245,44 @@ class LieAlgebraAttention(MessagePassing):
             s = s + escore
         if valid is not None:
             s = torch.where(valid[:, None], s, torch.full_like(s, -1e30 if s.dtype != torch.float16 else -6e4))
-        mask = explain_mask(self, edge_index.shape[1])
-        if mask is None:
-            alpha = edge_attention(s, edge_index[1], num_nodes=x.shape[0])
-        else:  # an explainer's mask, before the normalisation
-            alpha = masked_edge_attention(s, edge_index[1], x.shape[0], mask)
-        if valid is not None:
-            alpha = alpha * valid[:, None].to(alpha.dtype)
-        alpha_drop = F.dropout(alpha, p=self.dropout, training=self.training)
         # W_V [h_j ; w_ij] = W_h h_j + b + W_w w_ij: the h part once per node, not per edge
         W = self.lin_value.weight
         hv = F.linear(x, W[:, :self.in_channels], self.lin_value.bias)
-        out = self.propagate(edge_index, hv=hv, w=w, alpha=alpha_drop)  # (N, H, C)
+        mask = explain_mask(self, edge_index.shape[1])
+        if mask is None:
+            out, alpha = self._attend_csr(edge_index, s, hv, w, valid)
+        else:  # an explainer's mask, before the normalisation; PyG message passing
+            alpha = masked_edge_attention(s, edge_index[1], x.shape[0], mask)
+            if valid is not None:
+                alpha = alpha * valid[:, None].to(alpha.dtype)
+            alpha_drop = F.dropout(alpha, p=self.dropout, training=self.training)
+            out = self.propagate(edge_index, hv=hv, w=w, alpha=alpha_drop)  # (N, H, C)
         out = out.reshape(-1, self.out_channels) if self.concat else out.mean(1)
         if return_attention_weights:
             return out, (given, alpha)
         return out
+
+    def _attend_csr(self, edge_index: Tensor, s: Tensor, hv: Tensor, w: Tensor,
+                    valid: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+        """The attention on the engine's target-sorted edges: softmax of the scores ``s (E, H)``,
+        ``sum_j alpha_ij (W_h h_j + b)`` as one sparse product, and the relative-pose part of the
+        values as ``W_w (sum_j alpha_ij w_ij)`` (the sum in the algebra's ``dim`` coordinates, then
+        one map per head). Returns ``(out (N, H, C), alpha (E, H))`` in the given edge order."""
+        N, H, C = hv.shape[0], self.heads, self.head_dim
+        csr = CSRStructure.build(edge_index, N)
+        if csr.perm is not None:
+            s, w = s.index_select(0, csr.perm), w.index_select(0, csr.perm)
+            valid = None if valid is None else valid.index_select(0, csr.perm)
+        alpha = edge_attention(s, csr.row, N, ptr=csr.crow, degree=csr.degree, validate=False)
+        if valid is not None:
+            alpha = alpha * valid[:, None].to(alpha.dtype)
+        alpha_drop = F.dropout(alpha, p=self.dropout, training=self.training)
+        out = csr_aggregate(csr, alpha_drop.t().contiguous(), hv.view(N, H, C)).view(N, H, C)
+        aw = alpha_drop.unsqueeze(-1) * w.unsqueeze(1)  # (E, H, dim)
+        aw = torch.zeros(N, H, w.shape[-1], dtype=aw.dtype, device=aw.device).index_add_(0, csr.row, aw)
+        W_w = self.lin_value.weight[:, self.in_channels:].view(H, C, -1)
+        out = out + torch.einsum("nhd,hcd->nhc", aw, W_w)
+        return out, to_edge_order(csr, alpha)
 
     def message(self, hv_j: Tensor, w: Tensor, alpha: Tensor) -> Tensor:
         v = hv_j + F.linear(w, self.lin_value.weight[:, self.in_channels:])

@@ -85,10 +85,12 @@ class LieTransformer(Module):
         heads: attention heads.
         lift_samples: ``K``, lifts per point (1 for T(n) and SO(2)).
         radius: base neighbourhood radius; ``None`` = all pairs of each cloud.
-        lift: ``"haar"`` (random stabiliser samples) or ``"finite"``
+        lift: ``"haar"`` (random stabiliser samples), ``"finite"``
             (``C_K`` / a finite rotation group: exact discrete invariance; for SE3
             ``lift_samples`` 12, 24, 60 give the tetrahedral, octahedral and
-            icosahedral groups).
+            icosahedral groups) or ``"grid"`` (that finite group turned by a random
+            stabiliser element per point: equally spaced angles for SE2; see
+            :class:`~pyg_lie.nn.Lift`).
         subgroup: with ``lift="finite"``, an explicit finite subgroup of the
             stabiliser instead of the one ``lift_samples`` names: a
             :class:`~pyg_lie.groups.finite.FiniteGroup` (``Octahedral()``,

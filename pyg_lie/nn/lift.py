@@ -17,6 +17,12 @@ Two choices of ``\hat H``:
   set is then exactly ``u``-translated for every ``u`` whose rotation part lies
   in the subgroup, which makes an invariant model *exactly* invariant to
   ``T(n) x| C_K`` (SE(2)) and the corresponding groups in 3D.
+* ``"grid"``: that finite subgroup turned by one Haar sample ``r_i`` per point,
+  ``r_i \hat H`` (for SE(2): ``K`` equally spaced angles ``phi_i + 2 pi a / K``,
+  the lift of the original LieTransformer code). Equivariant in expectation like
+  ``"haar"``, but a stratified sample of ``H``: the invariance error of a model
+  falls much faster with ``K`` than with independent samples. Sampled like
+  ``"haar"`` (fresh in training mode, from ``seed`` in evaluation mode).
 
 Layout: lifted node ``i * K + a`` is lift ``a`` of point ``i``.
 """
@@ -33,7 +39,10 @@ from ..groups import LieGroup, get_group
 from ..groups.base import _is_compiling
 from ..groups.finite import Cn, FiniteGroup, finite_group
 
-__all__ = ["Lift", "LiftedPoints", "finite_subgroup", "check_point_cloud"]
+__all__ = ["Lift", "LiftedPoints", "finite_subgroup", "check_point_cloud", "LIFT_MODES"]
+
+#: the ways :class:`Lift` chooses the stabiliser elements (module docstring)
+LIFT_MODES = ("haar", "finite", "grid")
 
 
 class LiftedPoints(NamedTuple):
@@ -125,19 +134,19 @@ class Lift(torch.nn.Module):
 
     For every point ``x_i`` the ``K`` group elements ``s(x_i) h_a``,
     ``h_a in \hat H``, are returned (``K = num_samples``; see the module
-    docstring for ``mode="haar"`` and ``mode="finite"``).
+    docstring for ``mode="haar"``, ``"finite"`` and ``"grid"``).
 
     Args:
         group: a :class:`~pyg_lie.groups.LieGroup` or its name (``"SE2"``).
         num_samples: ``K``, lifts per point. Must be 1 for groups with a
             trivial stabiliser (T(n), SO(2)).
-        mode: ``"haar"`` or ``"finite"``.
-        subgroup: optional explicit finite subgroup (``mode="finite"``): a
+        mode: ``"haar"``, ``"finite"`` or ``"grid"``.
+        subgroup: optional explicit finite subgroup (``mode="finite"`` or ``"grid"``): a
             :class:`~pyg_lie.groups.finite.FiniteGroup` (``Octahedral()``,
             ``Icosahedral()`` for SE3; ``Cn(k)`` for SE2, SO3) or its ``(K, k, k)``
             elements, in the convention of ``group.stabilizer_embed``; its
             length then overrides ``num_samples``.
-        seed: seed of the evaluation-mode generator (``mode="haar"``).
+        seed: seed of the evaluation-mode generator (``mode="haar"`` and ``"grid"``).
 
     Shapes:
         input ``x (N, C)`` (or ``None``), ``pos (N, n)``, ``batch (N,)``;
@@ -148,8 +157,8 @@ class Lift(torch.nn.Module):
                  subgroup: Optional[Tensor] = None, seed: int = 0):
         super().__init__()
         self.group = get_group(group)
-        if mode not in ("haar", "finite"):
-            raise ValueError(f"mode must be 'haar' or 'finite', got {mode!r}")
+        if mode not in LIFT_MODES:
+            raise ValueError(f"mode must be one of {LIFT_MODES}, got {mode!r}")
         num_samples = positive_int("num_samples", num_samples)
         trivial = self.group.stabilizer_dim == 0
         if trivial and (num_samples != 1 or subgroup is not None):
@@ -162,7 +171,7 @@ class Lift(torch.nn.Module):
         self.seed = int(seed)
         if isinstance(subgroup, FiniteGroup):
             subgroup = subgroup.elements(torch.float64)
-        if mode == "finite" and not trivial:
+        if mode in ("finite", "grid") and not trivial:
             sub = subgroup if subgroup is not None else finite_subgroup(self.group, num_samples)
             sub = torch.as_tensor(sub, dtype=torch.float64)
             num_samples = sub.size(0)
@@ -171,7 +180,7 @@ class Lift(torch.nn.Module):
             self.register_buffer("subgroup", sub, persistent=False)
         else:
             if subgroup is not None:
-                raise ValueError("subgroup is only used with mode='finite'")
+                raise ValueError("subgroup is only used with mode='finite' or 'grid'")
             self.subgroup = None
         self.num_samples = num_samples
 
@@ -179,17 +188,18 @@ class Lift(torch.nn.Module):
         """``(N, K, m, m)`` stabiliser elements used for the next lift."""
         if self.subgroup is not None:
             h = self.group.stabilizer_embed(self.subgroup.to(dtype=dtype, device=device))
+            if self.mode == "grid":  # the subgroup turned by one Haar sample per point
+                return self._haar_samples(num_points, dtype, device, 1) @ h.unsqueeze(0)
             return h.unsqueeze(0).expand(num_points, -1, -1, -1)
-        return self._haar_samples(num_points, dtype, device)
+        return self._haar_samples(num_points, dtype, device, self.num_samples)
 
     @torch.compiler.disable
-    def _haar_samples(self, num_points: int, dtype: torch.dtype, device) -> Tensor:
+    def _haar_samples(self, num_points: int, dtype: torch.dtype, device, k: int) -> Tensor:
         # eager under torch.compile (one graph break): a torch.Generator cannot be created in
         # a graph, and random sampling with a symbolic number of points (dynamic shapes, e.g.
         # clouds of varying size) fails to trace
         gen = None if self.training else torch.Generator().manual_seed(self.seed)
-        return self.group.stabilizer_random(num_points, self.num_samples, generator=gen,
-                                            dtype=dtype, device=device)
+        return self.group.stabilizer_random(num_points, k, generator=gen, dtype=dtype, device=device)
 
     def forward(self, x: Optional[Tensor], pos: Tensor, batch: Optional[Tensor] = None,
                 stabilizer: Optional[Tensor] = None) -> LiftedPoints:

@@ -1,7 +1,8 @@
-"""Input conversion and checks shared by the operators, and the autocast rule."""
+"""Input conversion and checks shared by the operators, the autocast rule, and the eager
+form of an operator's autograd rule."""
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -123,3 +124,20 @@ def float32_under_autocast(*ops) -> None:
                 op.register_autocast(device, torch.float32)
             except (ValueError, RuntimeError):  # a build without that device's autocast
                 pass
+
+
+def eager_function(name: str, impl: Callable, setup: Callable, backward: Callable) -> type:
+    """A :class:`torch.autograd.Function` running ``impl`` with the autograd rule registered on
+    its operator (``setup`` as ``setup_context``, ``backward``), for eager calls that skip the
+    dispatcher (:func:`pyg_lie.ops._backend.direct`)."""
+
+    def forward(ctx, *inputs):
+        output = impl(*inputs)
+        setup(ctx, inputs, output)
+        return output
+
+    return type(name, (torch.autograd.Function,), {
+        "__doc__": f"{impl.__name__} with its operator's autograd rule, without the dispatcher.",
+        "forward": staticmethod(forward),
+        "backward": staticmethod(backward),
+    })

@@ -17,8 +17,8 @@ import torch
 from torch import Tensor
 
 from . import _backend
-from ._common import (autocasting, check_csr, check_csr_values, float32_under_autocast, float_tensor,
-                      index_tensor, plain, rows_of, same_device, same_dtype, transpose_csr)
+from ._common import (autocasting, check_csr, check_csr_values, eager_function, float32_under_autocast,
+                      float_tensor, index_tensor, plain, rows_of, same_device, same_dtype, transpose_csr)
 
 __all__ = ["csr_attention", "csr_softmax_attention", "composite_attention", "composite_attention_backward"]
 
@@ -227,19 +227,7 @@ _attention_op.register_autograd(_backward, setup_context=_setup)
 float32_under_autocast(_attention_op, _attention_backward_op)
 
 
-class _Attention(torch.autograd.Function):
-    """The operator's autograd rule without the dispatcher, for eager calls
-    (:func:`pyg_lie.ops._backend.direct`)."""
-
-    @staticmethod
-    def forward(ctx, *inputs):
-        output = _attention_impl(*inputs)
-        _setup(ctx, inputs, output)
-        return output
-
-    @staticmethod
-    def backward(ctx, g, gw):
-        return _backward(ctx, g, gw)
+_Attention = eager_function("_Attention", _attention_impl, _setup, _backward)
 
 
 # ---------------------------------------------------------------------------------- entry points

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from . import _backend
-from ._common import float_tensor, plain, same_device
+from ._common import eager_function, float_tensor, plain, same_device
 
 __all__ = ["se2_relative_log", "composite_se2_relative_log"]
 
@@ -95,18 +95,7 @@ def _backward(ctx, grad: Tensor):
 _se2_log_op.register_autograd(_backward, setup_context=_setup)
 
 
-class _RelativeLog(torch.autograd.Function):
-    """The operator's autograd rule without the dispatcher, for eager calls."""
-
-    @staticmethod
-    def forward(ctx, *inputs):
-        output = _se2_log_impl(*inputs)
-        _setup(ctx, inputs, output)
-        return output
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _backward(ctx, grad)
+_RelativeLog = eager_function("_RelativeLog", _se2_log_impl, _setup, _backward)
 
 
 def se2_relative_log(g: Tensor, edge_index: Tensor, cut_below: Optional[float] = None) -> Tensor:

@@ -29,7 +29,7 @@ from torch_geometric.utils import scatter, softmax
 
 from .._gather import select
 from . import _backend
-from ._common import float32_under_autocast, rows_of
+from ._common import eager_function, float32_under_autocast, rows_of
 
 __all__ = ["sddmm", "spmm", "spmm_permuted", "transposed_spmm", "segment_softmax", "composite_sddmm",
            "composite_spmm", "composite_segment_softmax"]
@@ -256,18 +256,7 @@ _segment_softmax_op.register_autograd(_softmax_backward, setup_context=_softmax_
 float32_under_autocast(_segment_softmax_op, _segment_softmax_backward_op)
 
 
-class _SegmentSoftmax(torch.autograd.Function):
-    """The operator's autograd rule without the dispatcher, for eager calls."""
-
-    @staticmethod
-    def forward(ctx, *inputs):
-        output = _segment_softmax_impl(*inputs)
-        _softmax_setup(ctx, inputs, output)
-        return output
-
-    @staticmethod
-    def backward(ctx, g):
-        return _softmax_backward(ctx, g)
+_SegmentSoftmax = eager_function("_SegmentSoftmax", _segment_softmax_impl, _softmax_setup, _softmax_backward)
 
 
 def segment_softmax(s: Tensor, ptr: Tensor, dim: int = 1) -> Tensor:

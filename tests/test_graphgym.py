@@ -79,6 +79,20 @@ CASES = {
 }
 
 
+def _train(model, batch, steps):
+    """``steps`` Adam steps (lr 2e-2) on GraphGym's loss; the loss of every step."""
+    opt = torch.optim.Adam(model.parameters(), lr=2e-2)
+    losses = []
+    for _ in range(steps):
+        pred, true = model(batch.clone())
+        loss, _ = compute_loss(pred, true)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
 @pytest.mark.parametrize("layer", list(CASES))
 def test_build_and_train_from_config(gg_cfg, layer):
     case = dict(CASES[layer])
@@ -109,15 +123,7 @@ def test_build_and_train_from_config(gg_cfg, layer):
     model = create_model(to_device=False, dim_in=2, dim_out=2)
     kinds = {type(m).__name__ for m in model.modules()}
     assert any(layer.replace("_", "") in k.lower() for k in kinds), kinds
-    opt = torch.optim.Adam(model.parameters(), lr=2e-2)
-    losses = []
-    for _ in range(20):
-        pred, true = model(batch.clone())
-        loss, _ = compute_loss(pred, true)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
+    losses = _train(model, batch, 20)
     assert all(math.isfinite(v) for v in losses)
     assert losses[-1] < 0.9 * losses[0], losses
 
@@ -143,15 +149,7 @@ def test_build_and_train_with_edge_attr(gg_cfg, layer):
     model = create_model(to_device=False, dim_in=2, dim_out=2)
     attn = [m for m in model.modules() if hasattr(m, "lin_edge")]
     assert attn and all(m.lin_edge is not None and m.edge_dim == 1 for m in attn)
-    opt = torch.optim.Adam(model.parameters(), lr=2e-2)
-    losses = []
-    for _ in range(15):
-        pred, true = model(batch.clone())
-        loss, _ = compute_loss(pred, true)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
+    losses = _train(model, batch, 15)
     assert all(math.isfinite(v) for v in losses) and losses[-1] < 0.9 * losses[0], losses
     assert all(m.lin_edge.weight.grad is not None and m.lin_edge.weight.grad.abs().sum() > 0 for m in attn)
     b = batch.clone()

@@ -80,8 +80,13 @@ def _read(path: str, flag: str) -> Any:
         raise ValueError(f"{flag}: checkpoint {path!r} does not exist")
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
-    except (KeyboardInterrupt, MemoryError):
+    except KeyboardInterrupt:
         raise
+    except MemoryError:  # random bytes read as a legacy pickle can claim a huge allocation
+        size = os.path.getsize(path)
+        raise ValueError(f"{flag}: {path!r} ({size} bytes) is not a readable checkpoint: loading it asks for "
+                         "more memory than this machine has (a corrupt or foreign file, or a checkpoint too "
+                         "large for this machine)") from None
     except Exception as err:  # truncated zip, random bytes, a pickle of a class that is gone, ...
         size = os.path.getsize(path)
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]

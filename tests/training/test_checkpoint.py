@@ -68,6 +68,22 @@ def test_load_checkpoint_rejects_bad_files_and_loads_nothing(tmp_path):
         assert opt.state_dict()["state"] == {}, name
 
 
+def test_a_file_whose_load_exhausts_memory_is_a_usage_error(tmp_path, monkeypatch):
+    """Random bytes read as a legacy pickle can claim a huge allocation (a MemoryError inside
+    torch.load, as seen with os.urandom contents): one ValueError naming the file, as for any
+    unreadable checkpoint."""
+    path = tmp_path / "huge_claim.pt"
+    path.write_bytes(b"\x80\x02" + bytes(100))
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(torch, "load", exhausted)
+    with pytest.raises(ValueError, match=r"^--resume: .*huge_claim\.pt.* \(102 bytes\) is not a readable checkpoint: "
+                                         r"loading it asks for more memory"):
+        load_checkpoint(str(path), _model(), None, None, DistEnv())
+
+
 def test_load_checkpoint_same_keys_other_shapes_leaves_model_unchanged(tmp_path):
     _valid(tmp_path / "w7.pt", width=7)
     model = _model(4)

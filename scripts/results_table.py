@@ -59,7 +59,8 @@ EXPERIMENTS = {
                         "samples (haar)."),
     "qm9": ("QM9", "LieTransformer paper, Table 2: test MAE per target."),
     "springs": ("Spring dynamics", "LieTransformer paper, Figures 4-5: 5-step test MSE and the 100-step rollout "
-                "error (geometric mean over steps) of the Hamiltonian LieTransformer."),
+                "error (geometric mean over steps) of the Hamiltonian LieTransformer; the paper's numbers are "
+                "those of its largest training set, 10^4 systems."),
     "swe": ("Shallow-water one-step prediction on the sphere", "S^2 neighbourhood attention against "
             "torch-harmonics' `NeighborhoodAttentionS2` trained side by side from the same weights."),
     "vit": ("Equivariant ViTs on rotated images", "O(2)-subgroup ViT paper, Figures 4-5: test accuracy per group, "
@@ -105,10 +106,35 @@ def read_records(root: Path) -> Dict[str, Dict[str, Dict[str, Any]]]:
     return out
 
 
-#: grid views: experiment -> (title, run-name prefix, row label of a record, row order, columns (metric, header)).
-#: The runs whose names start with the prefix become one row each; a cell shows ours and, where the
+def _springs_method(rec: Dict[str, Any]) -> str:
+    config, metrics = rec.get("config", {}), rec.get("metrics", {})
+    potential = config.get("potential", "lie")
+    name = {"fc": "FC", "gn": "GN", "pair": "pair MLP"}.get(potential, f"LieTransformer-{config.get('group')}")
+    params = metrics.get("params")
+    return name + (f" ({params / 1000:.0f}k parameters)" if isinstance(params, (int, float)) else "")
+
+
+def _springs_budget(rec: Dict[str, Any]) -> str:
+    config, metrics = rec.get("config", {}), rec.get("metrics", {})
+    epochs = metrics.get("epochs")
+    epochs = f"{epochs:.0f} epochs" if isinstance(epochs, (int, float)) else "? epochs"
+    return f"{config.get('n_train')} systems, {epochs}, lr {config.get('lr')}"
+
+
+#: grid views: experiment -> (title, run-name prefix, row label of a record, row order, columns (metric, header),
+#: headers of the two label columns). The runs whose names start with the prefix become one row each (the
+#: first run of a label); rows sort by the order lists, then naturally; a cell shows ours and, where the
 #: record has one, the paper's number in brackets.
 GRIDS = {
+    "springs": (
+        "Methods x training budget (paper Fig. 4-5)",
+        "",
+        lambda rec: (_springs_budget(rec), _springs_method(rec)),
+        ([], []),
+        [("test_mse_5", "5-step test MSE"), ("rollout_gmse_100", "100-step rollout (geometric mean)"),
+         ("energy_drift_100", "energy drift over 100 steps")],
+        ("training", "potential"),
+    ),
     "constellation": (
         "Table 1: model x training augmentation x test augmentation",
         "table1-",
@@ -118,6 +144,7 @@ GRIDS = {
                                                   f"^{rec.get('config', {}).get('augment')}")),
         (["LieTransformer-T2", "LieTransformer-SE2", "SetTransformer"], ["D_train", "D_train^T2", "D_train^SE2"]),
         [("test_acc", "D_test"), ("test_T2_acc", "D_test^T2"), ("test_SE2_acc", "D_test^SE2")],
+        ("model", "training set"),
     ),
 }
 
@@ -126,7 +153,7 @@ def _grid(experiment: str, runs: Dict[str, Dict[str, Any]]) -> str:
     """The grid view of ``experiment`` (see :data:`GRIDS`), or ``""``."""
     if experiment not in GRIDS:
         return ""
-    title, prefix, label, order, columns = GRIDS[experiment]
+    title, prefix, label, order, columns, headers = GRIDS[experiment]
     rows = {}
     for run in sorted(runs, key=_natural):
         if run.startswith(prefix):
@@ -135,11 +162,12 @@ def _grid(experiment: str, runs: Dict[str, Dict[str, Any]]) -> str:
         return ""
 
     def rank(key):
-        return tuple(o.index(k) if k in o else len(o) for k, o in zip(key, order)) + key
+        return (tuple(o.index(k) if k in o else len(o) for k, o in zip(key, order))
+                + tuple(_natural(k) for k in key))
 
     out = [f"\n### {title}\n\nOne row per run `results/{experiment}/{prefix}*`; in each cell ours, and the "
            "paper's number in brackets where we have it. The runs' settings and commands are in the table "
-           "above.\n\n| model | training set | " + " | ".join(h for _, h in columns) + " | run |\n"
+           f"above.\n\n| {headers[0]} | {headers[1]} | " + " | ".join(h for _, h in columns) + " | run |\n"
            "|---|---|" + "---|" * len(columns) + "---|\n"]
     for key in sorted(rows, key=rank):
         rec = runs[rows[key]]

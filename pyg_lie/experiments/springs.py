@@ -357,17 +357,26 @@ def plot_rollout_comparison(folder: str, out: Optional[str] = None) -> Optional[
         runs.append((run, read_curve_csv(csv_path), meta))
     if not runs:
         return None
-    runs.sort(key=lambda r: (r[2].get("n_train", 0), r[0]))
-    sizes = sorted({r[2].get("n_train", 0) for r in runs})
+
+    def size(meta) -> int:
+        return int(meta.get("config", {}).get("n_train") or 0)
+
+    def method(run: str, meta) -> str:  # one colour per model (potential, group, size)
+        config, params = meta.get("config", {}), meta.get("metrics", {}).get("params")
+        if "potential" not in config:
+            return re.sub(r"-n\d+.*", "", run)
+        kind = config["potential"] + (f"-{config.get('group')}" if config["potential"] == "lie" else "")
+        return kind + (f" {params / 1000:.0f}k" if isinstance(params, (int, float)) else "")
+
+    runs.sort(key=lambda r: (size(r[2]), r[0]))
+    sizes = sorted({size(r[2]) for r in runs})
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [3, 2]})
     styles = ["-", "--", ":", "-."]
     colours: Dict[str, str] = {}
     labels, drifts = [], []
     for run, curve, meta in runs:
-        kind = re.sub(r"-n\d+", "", run)  # one colour per method, one line style per size
-        c = colours.setdefault(kind, f"C{len(colours)}")
-        n = meta.get("n_train", 0)
-        ls = styles[sizes.index(n) % len(styles)]
+        c = colours.setdefault(method(run, meta), f"C{len(colours) % 10}")
+        ls = styles[sizes.index(size(meta)) % len(styles)]  # one line style per training-set size
         dt = 0.01
         ax.plot([s * dt for s in curve["step"]], curve["gmse"], c=c, ls=ls, label=f"{run}")
         m = meta.get("metrics", {})

@@ -201,11 +201,61 @@ def test_smoke_cli_writes_a_result_file_and_learns(tmp_path):
                  "--lr", "3e-3", "--no-progress", "--out", str(tmp_path / "run"), "--results-dir", str(res)]) == 0
     rec = load_result(res, "springs", "lie-T2-n16")
     m = rec["metrics"]
-    assert rec["paper"] == {"test_mse_5": 4.5e-7}  # the paper's 100-step number needs --rollout-steps 100
+    assert rec["paper"] == {"test_gmse_5": 4.5e-7}  # the paper's 100-step number needs --rollout-steps 100
     assert "n-train 16 (paper 10000)" in rec["setting"] and "4 epochs (--epochs)" in rec["setting"]
     assert m["train_loss_last"] < m["train_loss_first"]
-    assert all(math.isfinite(m[k]) for k in ("test_mse_5", "rollout_mse_10", "energy_drift_10"))
+    assert all(math.isfinite(m[k]) for k in ("test_gmse_5", "test_mse_5", "rollout_gmse_10", "rollout_mse_10",
+                                              "rollout_gmse_systems_10", "energy_drift_10"))
+    # geometric means never exceed arithmetic ones; the errors grow along a rollout, so strictly below
+    assert 0 < m["test_gmse_5"] < m["test_mse_5"] and 0 < m["rollout_gmse_10"] < m["rollout_mse_10"]
     assert (res / "springs" / "lie-T2-n16.rollout_error.png").is_file()
+
+
+# ----------------------------------------------------------------- the paper's test loss
+def test_step_geometric_mean_is_the_papers_definition():
+    """Appendix I.3: per time step the loss over systems, then a geometric mean over steps."""
+    from pyg_lie.experiments.springs import step_geometric_mean
+    g = torch.Generator().manual_seed(0)
+    e = torch.rand(7, 5, generator=g, dtype=torch.float64) * torch.logspace(-6, -2, 5, dtype=torch.float64)
+    per_step = e.mean(0)
+    expected = math.prod(float(v) for v in per_step) ** (1 / 5)
+    assert math.isclose(step_geometric_mean(e), expected, rel_tol=1e-12)
+    assert math.isclose(step_geometric_mean(per_step), expected, rel_tol=1e-12)
+    # not the geometric mean over systems and steps together, and below the arithmetic mean
+    assert not math.isclose(step_geometric_mean(e), float(e.log().mean().exp()), rel_tol=1e-3)
+    assert step_geometric_mean(e) < float(e.mean())
+    # errors that grow by 10x per step: the arithmetic mean is dominated by the last step
+    growing = torch.tensor([1e-6, 1e-5, 1e-4, 1e-3, 1e-2], dtype=torch.float64)
+    assert math.isclose(step_geometric_mean(growing), 1e-4, rel_tol=1e-12)
+    assert step_geometric_mean(torch.zeros(3, dtype=torch.float64)) == 0.0
+    for bad, err, msg in [(torch.ones(2, 3, 4), ValueError, "shape"), (torch.empty(0), ValueError, "shape"),
+                          (torch.tensor([1e-3, -1e-3]), ValueError, ">= 0"),
+                          (torch.tensor([1e-3, float("nan")]), ValueError, "finite"),
+                          (torch.ones(3, dtype=torch.long), TypeError, "floating-point"),
+                          ([1e-3, 1e-2], TypeError, "floating-point")]:
+        with pytest.raises(err, match=msg):
+            step_geometric_mean(bad)
+
+
+def test_window_step_mse_matches_a_direct_rollout():
+    """The per-step test losses of the harness against a direct computation on a random potential."""
+    from pyg_lie.experiments.springs import window_mse, window_step_mse
+    from pyg_lie.training import init_distributed
+    torch.manual_seed(0)
+    data = SpringDynamics(6, mode="chunks", chunk_len=5, seed=4)
+    net = HamiltonianNODE(PairwiseMLPPotential(2, 8, 1)).double()
+    env = init_distributed("cpu")
+    steps = window_step_mse(net, data, data.dt, env, torch.float64, batch_size=4)  # two batches
+    z = torch.stack([data[i]["z"] for i in range(6)]).double()
+    m = torch.stack([data[i]["m"] for i in range(6)]).double()
+    k = torch.stack([data[i]["k"] for i in range(6)]).double()
+    with torch.no_grad():
+        pred = net(z[:, 0], m, k, num_steps=5, dt=data.dt)
+    direct = (pred[:, 1:] - z[:, 1:]).pow(2).mean(dim=(2, 3)).mean(0)
+    assert steps.shape == (5,)
+    torch.testing.assert_close(steps, direct, rtol=1e-10, atol=0)
+    assert math.isclose(window_mse(net, data, data.dt, env, torch.float64, batch_size=4), float(direct.mean()),
+                        rel_tol=1e-10)
 
 
 # ----------------------------------------------------------------- the paper's FC and GN baselines

@@ -6,8 +6,10 @@ from ._lazy import lazy_getattr
 
 __version__ = "0.1.0"
 
-_LAZY = {"register_graphgym": "pyg_lie.graphgym"}
-__all__ = ["groups", "neighbors", "nn", "models", "datasets", "testing", "register_graphgym", "__version__"]
+_LAZY = {"register_graphgym": "pyg_lie.graphgym", "enable_pyg_radius": "pyg_lie.interop.pyg",
+         "pyg_radius": "pyg_lie.interop.pyg"}
+__all__ = ["groups", "neighbors", "nn", "models", "datasets", "testing", "register_graphgym", "enable_pyg_radius",
+           "pyg_radius", "__version__"]
 
 
 def __getattr__(name: str):

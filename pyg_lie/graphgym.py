@@ -28,7 +28,8 @@ Config keys (``cfg.pyg_lie.*``, defaults in :data:`CONFIG_DEFAULTS`):
 * ``lift_samples`` (1), ``lift`` (``"haar"`` or ``"finite"``), ``lift_seed`` (-1: fresh Haar
   samples at every call; else fixed): the lift of :func:`lift_transform`;
 * ``radius`` (0.0: keep the dataset's edges; else :class:`~torch_geometric.transforms.RadiusGraph`
-  with ``max_num_neighbors`` (64) before the lift);
+  with ``max_num_neighbors`` (64) before the lift, for which :func:`lift_transform` calls
+  :func:`pyg_lie.enable_pyg_radius`);
 * ``heads`` (4), ``normalization`` (``"softmax"``), ``kernel_dim`` (16, the width of the
   location MLP): attention options;
 * ``score`` (``"closed_form"``), ``chart`` (``"mask"``): :class:`~pyg_lie.nn.LieAlgebraAttention`;
@@ -262,31 +263,30 @@ def lift_transform(cfg=None):
     """The dataset transform the ``g`` layers need, from ``cfg.pyg_lie``: an optional
     :class:`~torch_geometric.transforms.RadiusGraph` (``radius > 0``), then
     :class:`~pyg_lie.transforms.LiftPositions` (``group``, ``lift_samples``, ``lift``, ``lift_seed``).
-    ``cfg``: GraphGym's global config when ``None``."""
+    ``cfg``: GraphGym's global config when ``None``. With ``radius > 0`` it calls
+    :func:`pyg_lie.enable_pyg_radius` (PyG's radius search without pyg-lib)."""
     import torch_geometric.transforms as T
 
+    from .interop.pyg import enable_pyg_radius
     from .transforms import LiftPositions
     register_graphgym()
     opts = _options() if cfg is None else cfg.pyg_lie
     lift = LiftPositions(opts.group, int(opts.lift_samples), mode=opts.lift,
                          seed=None if int(opts.lift_seed) < 0 else int(opts.lift_seed))
     if float(opts.radius) > 0:
+        enable_pyg_radius()
         return T.Compose([T.RadiusGraph(float(opts.radius), max_num_neighbors=int(opts.max_num_neighbors)), lift])
     return lift
 
 
 def register_graphgym() -> dict:
     """Register the layers, the pooling and the ``cfg.pyg_lie`` config section in GraphGym
-    (idempotent), and make PyG's ``radius_graph`` available
-    (:func:`pyg_lie.interop.pyg.install_pyg_radius`).
+    (idempotent). PyG itself is left as it is (see :func:`lift_transform` for the radius graph).
 
     Returns:
         ``{name: registered object}`` of the layers and the pooling.
     """
-    from .interop.pyg import install_pyg_radius
-
     reg, cfg = _graphgym()
-    install_pyg_radius()
     out = {}
     with _LOCK:
         for name, cls in _LAYERS.items():

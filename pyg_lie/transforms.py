@@ -12,8 +12,8 @@ like any other node attribute:
 
     transform = T.Compose([T.RadiusGraph(0.5), LiftPositions("SE2", lift_samples=4)])
 
-Importing this module also makes PyG's radius search (``T.RadiusGraph``) available without
-pyg-lib (:func:`pyg_lie.interop.pyg.install_pyg_radius`).
+``T.RadiusGraph`` needs pyg-lib's radius search; without pyg-lib call
+:func:`pyg_lie.enable_pyg_radius` first (importing this module changes nothing in PyG).
 """
 from __future__ import annotations
 
@@ -25,11 +25,8 @@ from torch_geometric.transforms import BaseTransform
 
 from ._checks import positive_int
 from .groups import LieGroup, get_group
-from .interop.pyg import install_pyg_radius
 
 __all__ = ["LiftPositions"]
-
-install_pyg_radius()
 
 
 class LiftPositions(BaseTransform):

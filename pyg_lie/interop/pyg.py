@@ -1,15 +1,17 @@
-r"""PyG's radius search without pyg-lib: :func:`install_pyg_radius`.
+r"""PyG's radius search without pyg-lib: :func:`enable_pyg_radius` and :func:`pyg_radius`.
 
 PyG's :func:`torch_geometric.nn.radius_graph`, :func:`torch_geometric.nn.radius` and the
 transform :class:`torch_geometric.transforms.RadiusGraph` call the operator
 ``torch.ops.pyg.radius`` of pyg-lib, which is not on PyPI, and refuse to run while
-``torch_geometric.typing.WITH_RADIUS`` is false. :func:`install_pyg_radius` registers an
-operator of the same schema,
+``torch_geometric.typing.WITH_RADIUS`` is false. Importing pyg_lie changes nothing in PyG;
+:func:`enable_pyg_radius` (an explicit call) registers an operator of the same schema,
 
     pyg::radius(Tensor x, Tensor y, Tensor? ptr_x=None, Tensor? ptr_y=None, float r=1.0,
                 int max_num_neighbors=32, int num_workers=1, bool ignore_same_index=False) -> Tensor
 
-implemented by :mod:`pyg_lie.neighbors`, and sets ``WITH_RADIUS = True``. It returns
+implemented by :mod:`pyg_lie.neighbors`, and sets ``WITH_RADIUS = True``; the context
+manager :func:`pyg_radius` does the same for a ``with`` block and restores the previous state
+(operator and flag) on exit. It returns
 ``[target; source]`` (row 0 indexes ``y``, row 1 indexes ``x``) as pyg-lib does, so
 PyG's wrappers give their documented results:
 
@@ -35,13 +37,14 @@ wins; pyg-lib is loaded by ``torch_geometric.typing`` before the check) and only
 """
 from __future__ import annotations
 
+import contextlib
 import threading
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 from torch import Tensor
 
-__all__ = ["install_pyg_radius", "SCHEMA"]
+__all__ = ["enable_pyg_radius", "pyg_radius", "SCHEMA"]
 
 SCHEMA = ("(Tensor x, Tensor y, Tensor? ptr_x=None, Tensor? ptr_y=None, float r=1.0, "
           "int max_num_neighbors=32, int num_workers=1, bool ignore_same_index=False) -> Tensor")
@@ -117,13 +120,15 @@ def _pyg_radius_exists() -> bool:
     return True
 
 
-def install_pyg_radius() -> bool:
+def enable_pyg_radius() -> bool:
     """Make PyG's radius search (``radius_graph``, ``radius``, ``T.RadiusGraph``) work without
-    pyg-lib, through :mod:`pyg_lie.neighbors` (see the module docstring for the semantics).
+    pyg-lib, through :mod:`pyg_lie.neighbors` (see the module docstring for the semantics),
+    until the end of the process.
 
-    Idempotent; does nothing when pyg-lib provides ``pyg::radius``. ``import
-    pyg_lie.transforms`` and :func:`pyg_lie.register_graphgym` call it; ``import pyg_lie``
-    does not (it would have to import PyG).
+    ``import pyg_lie`` and its submodules never do this; call it once before using PyG's radius
+    search, or use :func:`pyg_radius` for a ``with`` block. :func:`pyg_lie.graphgym.lift_transform`
+    calls it when its config asks for a radius graph. Idempotent; does nothing when pyg-lib
+    provides ``pyg::radius``.
 
     Returns:
         ``True`` when this operator serves PyG's radius search (now or from an earlier
@@ -141,3 +146,44 @@ def install_pyg_radius() -> bool:
             _OP = op
         pyg_typing.WITH_RADIUS = True
     return True
+
+
+def _disable() -> None:
+    """Unregister this module's ``pyg::radius`` (never pyg-lib's); the caller restores the flag."""
+    global _OP
+    if _OP is not None:
+        from torch._library import custom_ops
+
+        lib = custom_ops.OPDEF_TO_LIB.pop("pyg::radius", None) or _OP._lib
+        lib._destroy()  # also drops the cached torch.ops.pyg.radius
+        _OP = None
+
+
+@contextlib.contextmanager
+def pyg_radius() -> Iterator[bool]:
+    """:func:`enable_pyg_radius` for a ``with`` block; on exit ``WITH_RADIUS`` gets its previous
+    value back and the operator is unregistered unless it was registered before the block.
+
+    Yields:
+        what :func:`enable_pyg_radius` returned.
+
+    Example::
+
+        import torch, torch_geometric.transforms as T
+        from torch_geometric.data import Data
+        from pyg_lie import pyg_radius
+
+        with pyg_radius():
+            data = T.RadiusGraph(0.5)(Data(pos=torch.rand(100, 3)))
+    """
+    import torch_geometric.typing as pyg_typing
+
+    with _LOCK:
+        flag, ours_before = pyg_typing.WITH_RADIUS, _OP is not None
+    try:
+        yield enable_pyg_radius()
+    finally:
+        with _LOCK:
+            if not ours_before:
+                _disable()
+            pyg_typing.WITH_RADIUS = flag

@@ -1,6 +1,12 @@
 """PyG tooling on pyg_lie: ``torch_geometric.nn.summary`` of every model family, and PyG's radius
-search (``T.RadiusGraph``, ``nn.radius_graph``, ``nn.radius``) through ``pyg_lie.interop.pyg``."""
+search (``T.RadiusGraph``, ``nn.radius_graph``, ``nn.radius``) through ``pyg_lie.interop.pyg``, which
+only an explicit call turns on (importing pyg_lie leaves PyG as it is)."""
 import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,7 +18,7 @@ from torch_geometric.nn import summary
 
 from pyg_lie import neighbors
 from pyg_lie.groups import SE2
-from pyg_lie.interop.pyg import install_pyg_radius
+from pyg_lie.interop.pyg import enable_pyg_radius
 
 pytest.importorskip("tabulate")
 
@@ -83,9 +89,82 @@ def _brute(x, y, r, bx, by, k, drop_same):
     return torch.tensor([src, tgt], dtype=torch.long).view(2, -1)
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run_python(code: str, timeout: float = 240) -> str:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r.stdout
+
+
+def test_importing_pyg_lie_leaves_pyg_unpatched():
+    out = _run_python("""
+        import importlib, pkgutil, warnings
+        import torch, torch_geometric.typing as tt
+        def state():
+            return tt.WITH_RADIUS, sorted(dir(torch.ops.pyg)), hasattr(torch.ops.pyg, "radius")
+        before = state()
+        assert before[0] is False and before[2] is False, before  # no pyg-lib here
+        import pyg_lie
+        names = [m.name for m in pkgutil.walk_packages(pyg_lie.__path__, "pyg_lie.")
+                 if not m.name.endswith("__main__")]
+        imported = 0
+        for name in names:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    importlib.import_module(name)
+                    imported += 1
+                except ImportError:  # an optional dependency that is absent
+                    pass
+            assert state() == before, (name, state())
+        for name in ("enable_pyg_radius", "pyg_radius", "register_graphgym"):
+            getattr(pyg_lie, name)
+        assert state() == before
+        print(imported, len(names))
+    """)
+    imported, total = map(int, out.split())
+    assert imported >= total - 3 and total > 50, out
+
+
+def test_enable_call_and_context_manager():
+    _run_python("""
+        import torch, torch_geometric.typing as tt
+        from torch_geometric.nn import radius_graph
+        import pyg_lie
+        from pyg_lie import neighbors
+        pos = torch.rand(40, 3, generator=torch.Generator().manual_seed(0))
+        try:
+            radius_graph(pos, 0.4)
+            raise AssertionError("PyG's radius_graph ran without pyg-lib or the explicit call")
+        except ImportError as e:
+            assert "pyg-lib" in str(e)
+        with pyg_lie.pyg_radius() as ours:
+            assert ours and tt.WITH_RADIUS and hasattr(torch.ops.pyg, "radius")
+            with pyg_lie.pyg_radius():  # nested: the outer block's state is kept on exit
+                pass
+            assert torch.equal(radius_graph(pos, 0.4), neighbors.radius_graph(pos, 0.4))
+        assert tt.WITH_RADIUS is False and not hasattr(torch.ops.pyg, "radius")
+        try:
+            radius_graph(pos, 0.4)
+            raise AssertionError("the context manager did not restore PyG")
+        except ImportError:
+            pass
+        assert pyg_lie.enable_pyg_radius() and pyg_lie.enable_pyg_radius()
+        want = neighbors.radius_graph(pos, 0.4)
+        assert torch.equal(radius_graph(pos, 0.4), want)
+        with pyg_lie.pyg_radius():  # already enabled: the block leaves it enabled
+            pass
+        assert tt.WITH_RADIUS and torch.equal(radius_graph(pos, 0.4), want)
+    """)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _installed():
-    assert install_pyg_radius()
+    assert enable_pyg_radius()
 
 
 def _cloud_batch(seed, sizes=(30, 1, 45, 12), d=3):
@@ -142,10 +221,10 @@ def test_install_is_idempotent_and_yields_to_an_existing_op(monkeypatch):
     import torch_geometric.typing
 
     import pyg_lie.interop.pyg as interop
-    assert install_pyg_radius() and install_pyg_radius()
+    assert enable_pyg_radius() and enable_pyg_radius()
     assert torch_geometric.typing.WITH_RADIUS and interop._pyg_radius_exists()
     # another pyg::radius in place before the first call (as pyg-lib's would be) is left alone
     monkeypatch.setattr(interop, "_OP", None)
     monkeypatch.setattr(interop, "_pyg_radius_exists", lambda: True)
     monkeypatch.setattr(torch_geometric.typing, "WITH_RADIUS", False)
-    assert install_pyg_radius() is False and torch_geometric.typing.WITH_RADIUS is False
+    assert enable_pyg_radius() is False and torch_geometric.typing.WITH_RADIUS is False

@@ -331,7 +331,8 @@ def test_precomputed_edge_index_from_pyg_radius_graph():
     import torch_geometric.transforms as T
     from torch_geometric.data import Batch, Data
 
-    import pyg_lie.transforms  # noqa: F401  (makes torch_geometric's radius_graph available)
+    import pyg_lie
+    pyg_lie.enable_pyg_radius()  # PyG's T.RadiusGraph without pyg-lib
     torch.manual_seed(0)
     model = LieTransformer("SE2", 3, 16, 2, num_layers=1, heads=2, lift_samples=2, radius=1.2).double().eval()
     clouds = [Data(x=torch.randn(7, 3, dtype=torch.float64), pos=torch.randn(7, 2, dtype=torch.float64))

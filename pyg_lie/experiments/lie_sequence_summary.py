@@ -12,6 +12,10 @@ paper values as black markers).
 Full reproduction (hours on a small CPU; see docs/lie_algebra_attention.md)::
 
     pyg-lie summary --seeds 0 1 2 --steps 4000
+
+``--from-results results/lie-sequence`` builds the tables from the committed result files of
+``pyg-lie train lie-sequence`` instead (the ones whose options match the command's), so a
+committed table is rebuilt from a clone without training and without ``--out``'s run files.
 """
 from __future__ import annotations
 
@@ -42,7 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=nonnegative_int, default=1)
     parser.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--out", default=os.path.join("runs", "lie_sequence"))
-    parser.add_argument("--collect-only", action="store_true", help="only read existing results")
+    parser.add_argument("--collect-only", action="store_true", help="only read existing results under --out")
+    parser.add_argument("--from-results", metavar="DIR", default=None,
+                        help="build the tables from the result files DIR/*.json of 'pyg-lie train lie-sequence' "
+                             "(e.g. results/lie-sequence) whose options match this command's (head, --score-init, "
+                             "--steps, --seeds, batch, lr, data sizes; the paper's model otherwise); trains nothing")
     parser.add_argument("--rerun", action="store_true", help="retrain even if results exist")
     parser.add_argument("--no-progress", action="store_true")
     from .results import add_result_arguments
@@ -107,6 +115,58 @@ def collect(args) -> dict:
     return table
 
 
+#: options of a ``pyg-lie train lie-sequence`` result file that must equal the summary's own (or the
+#: experiment's defaults) for its models to enter the table; ``None`` in old files means the default
+_MATCHED = ("head", "score_init", "steps", "seeds", "batch_size", "lr", "train_size", "test_size", "length",
+            "hidden", "layers", "heads", "score_coords", "step_std", "aux_weight", "dtype", "pair_logit_bound",
+            "pair_logit_ramp")
+#: options that result files written before they existed lack: the value those runs had
+_BEFORE_OPTION = {"score_init": 1.0, "score_coords": "algebra"}
+
+
+def from_result_files(args) -> dict:
+    """``{group: {score: summary dict}}`` from the ``pyg-lie train lie-sequence`` result files in
+    ``args.from_results`` whose options match ``args`` (see :data:`_MATCHED`); each summary names its
+    file under ``"source"``. Two files with the same group and model are an error."""
+    from pathlib import Path
+    folder = Path(args.from_results)
+    if not folder.is_dir():
+        raise ValueError(f"--from-results: {str(folder)!r} is not a folder of result files "
+                         f"(e.g. results/lie-sequence)")
+    want = vars(_train_args(args))
+    want["seeds"] = list(args.seeds)
+    defaults = vars(_experiment_defaults())
+    found: dict = {}
+    for path in sorted(folder.glob("*.json")):
+        record = json.loads(path.read_text())
+        config, metrics = record.get("config") or {}, record.get("metrics") or {}
+        if record.get("experiment") != "lie-sequence" or config.get("group") not in args.groups:
+            continue
+        if any((_BEFORE_OPTION.get(k, defaults.get(k)) if config.get(k) is None else config[k]) != want[k]
+               for k in _MATCHED):
+            continue
+        for score in config.get("score") or []:
+            if score not in args.scores:
+                continue
+            letter = MODEL_LETTER[score]
+            key = (config["group"], score)
+            if key in found:
+                raise ValueError(f"--from-results: both {found[key]['source']} and {path.name} hold "
+                                 f"{config['group']} model {letter} with these options; move one away")
+            agg = {k: metrics.get(f"{letter}.{k}") for k in ("pose_error", "pose_error_std", "relative_pose_error",
+                                                            "equivariance_error", "final_loss")}
+            agg.update(score_params=int(metrics[f"{letter}.score_params"]),
+                       total_params=int(metrics[f"{letter}.total_params"]), seeds=list(config["seeds"]),
+                       steps=config["steps"], head=config["head"], source=path.name)
+            found[key] = agg
+    table: dict = {}
+    for group in args.groups:
+        for score in SCORE_CHOICES:
+            if (group, score) in found:
+                table.setdefault(group, {})[score] = found[(group, score)]
+    return table
+
+
 def render(table: dict) -> str:
     lines = []
     for group, by_score in table.items():
@@ -167,10 +227,14 @@ def main(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     t0 = time.time()
-    table = collect(args)
+    from_results = getattr(args, "from_results", None)
+    table = from_result_files(args) if from_results else collect(args)
     if not table:
-        print(f"no results under {args.out}; run without --collect-only")
+        print(f"no results with these options in {from_results}" if from_results else
+              f"no results under {args.out}; run without --collect-only, or build the tables from committed "
+              f"result files with --from-results results/lie-sequence")
         return 1
+    os.makedirs(args.out, exist_ok=True)
     text = render(table)
     print(text)
     with open(os.path.join(args.out, "summary.md"), "w") as f:
@@ -194,6 +258,12 @@ def _record(args, table: dict, plot_path: str, seconds: float) -> None:
             paper.update(paper_numbers(group, MODEL_LETTER[score], prefix))
     targs = _train_args(args)
     targs.seeds = args.seeds
-    extra = ["read from existing run files (--collect-only); their budget may differ"] if args.collect_only else []
+    sources = sorted({agg["source"] for by_score in table.values() for agg in by_score.values() if "source" in agg})
+    if sources:
+        extra = [f"built from the result files {', '.join(sources)} (--from-results)"]
+    elif args.collect_only:
+        extra = ["read from existing run files (--collect-only); their budget may differ"]
+    else:
+        extra = []
     record_run(args, "lie-sequence-tables", args.head, ["summary"], metrics=metrics, paper=paper,
                setting=setting_for(targs, extra), wall_time_s=seconds, seed=list(args.seeds), plots=[plot_path])

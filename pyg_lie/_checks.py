@@ -214,13 +214,39 @@ def pointer(name: str, ptr: Any, num_items: int, num_segments: Optional[int] = N
     want = "" if num_segments is None else f" ({num_segments + 1},)"
     if ptr.dim() != 1 or ptr.numel() < 1 or (num_segments is not None and ptr.numel() != num_segments + 1):
         raise ValueError(f"{name} must be a 1-D CSR pointer{want}, got shape {tuple(ptr.shape)}")
-    if validate and _reads_values(ptr):
-        first, last, decreasing = torch.stack([ptr[0], ptr[-1], (ptr[1:] < ptr[:-1]).any().long()]).tolist()
-        if first != 0 or last != num_items:
-            raise ValueError(f"{name} must run from 0 to the number of items ({num_items}), got {first} .. {last}")
-        if decreasing:
-            raise ValueError(f"{name} must be non-decreasing (a CSR pointer of sorted items)")
+    if validate:
+        pointer_values(name, ptr, num_items)
     return ptr
+
+
+def pointer_values(name: str, ptr: Tensor, num_items: int) -> None:
+    """``ValueError`` naming ``name`` unless the 1-D integer tensor ``ptr`` is a CSR pointer of
+    ``num_items`` items: ``ptr[0] = 0``, ``ptr[-1] = num_items``, non-decreasing (so every entry
+    lies in ``[0, num_items]``). One vectorised pass and one device sync; left out under
+    ``torch.compile`` and for fake tensors."""
+    if not _reads_values(ptr) or ptr.numel() == 0:
+        return
+    p = ptr.detach()
+    steps = (p[1:] < p[:-1]).any() if p.numel() > 1 else torch.zeros((), dtype=torch.bool, device=p.device)
+    first, last, decreasing = torch.stack([p[0].long(), p[-1].long(), steps.long()]).tolist()
+    if first != 0 or last != num_items:
+        raise ValueError(f"{name} must run from 0 to the number of items ({num_items}), got {first} .. {last}")
+    if decreasing:
+        raise ValueError(f"{name} must be non-decreasing (a CSR pointer of sorted items)")
+
+
+#: the largest count an int64 holds
+INT64_MAX = 2 ** 63 - 1
+
+
+def int64_size(name: str, value: int, hint: str = "") -> int:
+    """``value``, an exact Python ``int`` size computed from the inputs (an edge count, a largest
+    output index), if an int64 holds it; ``ValueError`` naming ``name`` otherwise: a kernel
+    computing it in int64 would wrap around and write past its buffer. ``hint`` ends the message."""
+    value = int(value)
+    if not 0 <= value <= INT64_MAX:
+        raise ValueError(f"{name} would be {value}, outside what an int64 holds ([0, 2^63 - 1]){hint}")
+    return value
 
 
 def edge_features(name: str, value: Any, num_edges: int, width: int, hint: str = "") -> None:

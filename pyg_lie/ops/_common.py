@@ -84,6 +84,8 @@ def check_csr(crow: Tensor, col: Tensor, num_rows: int, num_sources: int) -> Non
 def check_csr_values(crow: Tensor, col: Tensor, num_sources: int, names=("crow", "col")) -> None:
     """Value checks of a CSR pattern (one device sync on GPUs)."""
     E = col.numel()
+    if crow.numel() < 1:
+        raise ValueError(f"{names[0]} must be a CSR row pointer with at least one entry, got shape {tuple(crow.shape)}")
     bad_ptr = crow[0] != 0
     if crow.numel() > 1:
         bad_ptr = bad_ptr | (crow[-1] != E) | (crow[1:] < crow[:-1]).any()
@@ -93,6 +95,53 @@ def check_csr_values(crow: Tensor, col: Tensor, num_sources: int, names=("crow",
     if bool(bad_col):
         raise ValueError(f"{names[1]} must hold indices in [0, {num_sources})"
                          + (" (rows of k and v)" if names[1] == "col" else ""))
+
+
+def validating(validate: Optional[bool], *ts: Optional[Tensor]) -> bool:
+    """Whether an entry point checks index values: ``validate``, where ``None`` means for CPU
+    tensors (the native kernels read them; on a GPU the check costs a device sync); never
+    while tracing (data-dependent checks would break the graph)."""
+    from .._checks import _reads_values
+    if torch.compiler.is_compiling() or not all(t is None or _reads_values(t) for t in ts):
+        return False
+    if validate is None:
+        return all(t is None or t.device.type == "cpu" for t in ts)
+    return bool(validate)
+
+
+def check_permutation(name: str, t: Tensor, size: int) -> None:
+    """``t`` must be ``(size,)`` with every entry in ``[0, size)`` (the value check reads it)."""
+    from .._checks import index_range
+    if t.numel() != size:
+        raise ValueError(f"{name} must have one entry per edge ({size}), got shape {tuple(t.shape)}")
+    index_range(name, t, size, "edge")
+
+
+def check_transpose(crow_t: Optional[Tensor], col_t: Optional[Tensor], perm_t: Optional[Tensor],
+                    iperm_t: Optional[Tensor], num_rows: int, num_sources: int, num_edges: int,
+                    validate: bool) -> Tuple[Optional[Tensor], ...]:
+    """The optional transposed pattern of a CSR pattern (rows = its ``num_sources`` sources,
+    columns its ``num_rows`` targets): all four or none, of matching sizes, and with
+    ``validate`` of valid values."""
+    given = [t is not None for t in (crow_t, col_t, perm_t, iperm_t)]
+    if not any(given):
+        return None, None, None, None
+    if not all(given):
+        raise ValueError("crow_t, col_t, perm_t and iperm_t (the transposed pattern) go together: pass all four "
+                         "or none")
+    crow_t, col_t = index_tensor("crow_t", crow_t), index_tensor("col_t", col_t)
+    perm_t, iperm_t = index_tensor("perm_t", perm_t), index_tensor("iperm_t", iperm_t)
+    if crow_t.numel() != num_sources + 1 or col_t.numel() != num_edges:
+        raise ValueError(f"the transposed pattern must have crow_t ({num_sources + 1},) and col_t ({num_edges},), "
+                         f"got {tuple(crow_t.shape)} and {tuple(col_t.shape)}")
+    if validate:
+        check_csr_values(crow_t, col_t, num_rows, names=("crow_t", "col_t"))
+    for name, t in (("perm_t", perm_t), ("iperm_t", iperm_t)):
+        if t.numel() != num_edges:
+            raise ValueError(f"{name} must have one entry per edge ({num_edges}), got shape {tuple(t.shape)}")
+        if validate:
+            check_permutation(name, t, num_edges)
+    return crow_t, col_t, perm_t, iperm_t
 
 
 def rows_of(crow: Tensor, num_edges: int) -> Tensor:

@@ -84,12 +84,37 @@ def _(key, perm):
     return torch.empty_like(key), torch.empty_like(key) if perm else key.new_empty(0)
 
 
-def _key(key) -> Tensor:
+def _key(key, name: str = "key") -> Tensor:
     from .._checks import plain_index
-    key = plain_index("key", key)
+    key = plain_index(name, key)
     if key.dim() != 1:
-        raise ValueError(f"key must be 1-D, got shape {tuple(key.shape)}")
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(key.shape)}")
     return key
+
+
+def _fits(name: str, count: int) -> int:
+    """``count`` if an int64 holds it (sizes are computed in int64 by the kernels)."""
+    from .._checks import int64_size
+    return int64_size(f"the size of {name}", count)
+
+
+def _reads(*ts: Tensor) -> bool:
+    """Value checks may read these tensors (not while tracing, not fake or meta)."""
+    from .._checks import _reads_values
+    return not torch.compiler.is_compiling() and all(_reads_values(t) for t in ts)
+
+
+def _csr(crow, col, name: str = "crow") -> Tuple[Tensor, Tensor]:
+    """A square CSR pattern of int64 indices, checked: ``crow`` a pointer of the ``E`` edges
+    (from 0 to ``E``, non-decreasing), ``col`` in ``[0, N)``."""
+    from .._checks import index_range, pointer
+    col = _key(col, "col")
+    crow = pointer(name, crow, col.numel(), validate=_reads(col))
+    if crow.device != col.device:
+        raise ValueError(f"{name} is on {crow.device} but col on {col.device}; move both to one device")
+    if _reads(col):
+        index_range("col", col, crow.numel() - 1)
+    return crow, col
 
 
 def sort_keys(key: Tensor) -> Tensor:
@@ -112,8 +137,8 @@ def composite_csr_scan(src: Tensor, dst: Tensor, num_nodes: int) -> Tuple[Tensor
     crow = torch.zeros(num_nodes + 1, dtype=torch.long, device=dst.device)
     if E:
         in_range = bool(((src >= 0) & (src < num_nodes) & (dst >= 0) & (dst < num_nodes)).all())
-        key = dst * num_nodes + src
-        if not in_range or bool((key[1:] < key[:-1]).any()):
+        ds, ss = dst[1:], src[1:]  # (dst, src) order, compared without a key that could overflow
+        if not in_range or bool(((ds < dst[:-1]) | ((ds == dst[:-1]) & (ss < src[:-1]))).any()):
             return crow, info
     crow = torch.searchsorted(dst, torch.arange(num_nodes + 1, device=dst.device))
     degree, complete = degree_and_complete(crow, src, dst, num_nodes)
@@ -163,7 +188,14 @@ def csr_scan(src: Tensor, dst: Tensor, num_nodes: int) -> Optional[Tuple[Tensor,
     ``[0, num_nodes)``, else ``None``. ``degree``: the common in-degree ``K >= 1`` of every
     node (else 0); ``complete``: the nodes form consecutive blocks of ``K`` and every node's
     sources are its block."""
-    crow, info = _backend.call(_csr_scan_op, _csr_scan_op_impl, src, dst, int(num_nodes))
+    from .._checks import nonnegative_int
+    num_nodes = nonnegative_int("num_nodes", num_nodes)
+    src, dst = _key(src, "src"), _key(dst, "dst")
+    if src.shape != dst.shape or src.device != dst.device:
+        raise ValueError(f"src and dst must be one edge list: same shape and device, got {tuple(src.shape)} on "
+                         f"{src.device} and {tuple(dst.shape)} on {dst.device}")
+    _fits("crow", num_nodes + 1)
+    crow, info = _backend.call(_csr_scan_op, _csr_scan_op_impl, src, dst, num_nodes)
     ok, degree, complete = info.tolist()
     return (crow, degree, bool(complete)) if ok else None
 
@@ -206,6 +238,7 @@ def csr_transpose(crow: Tensor, col: Tensor) -> Tuple[Tensor, Tensor, Tensor, Te
     (E,)`` (sources in ``[0, N)``): the transposed pattern (rows = sources; the edges of a
     source keep their target order), ``perm_t`` the position in ``col`` of every transposed
     edge and ``iperm_t`` its inverse."""
+    crow, col = _csr(crow, col)
     return _backend.call(_csr_transpose_op, _csr_transpose_op_impl, crow, col)
 
 
@@ -247,7 +280,13 @@ def expand_edges(ptr: Tensor, col: Tensor, K: int) -> Tensor:
     1,)``, ``col (E,)``: lifted target ``i K + a`` hears ``j K + b`` for every base source ``j``
     of ``i`` and every ``b < K``, in (target, source) order when the sources of every base
     target ascend."""
-    return _backend.call(_expand_op, _expand_op_impl, ptr, col, int(K))
+    from .._checks import positive_int
+    K = positive_int("K", K)
+    ptr, col = _csr(ptr, col, "ptr")
+    N = ptr.numel() - 1
+    _fits("the lifted edge list (E K^2)", col.numel() * K * K)
+    _fits("the lifted node count (N K)", N * K)
+    return _backend.call(_expand_op, _expand_op_impl, ptr, col, K)
 
 
 def composite_complete_edges(start: Tensor) -> Tensor:
@@ -282,13 +321,32 @@ def complete_edges(start: Tensor) -> Tensor:
     """``(2, sum_b n_b^2)`` edges (row 0 source, row 1 target) of every ordered pair of nodes of
     the same graph, self pairs included, in (target, source) order, graph ``b`` holding nodes
     ``start[b] .. start[b + 1] - 1`` (``start (B + 1,)`` non-decreasing from 0)."""
-    start = start.long()
+    from .._checks import plain_index
+    start = plain_index("start", start)
     if start.dim() != 1 or start.numel() < 1:
         raise ValueError(f"start must be a 1-D pointer (the first node of every graph, then N), got shape "
                          f"{tuple(start.shape)}")
-    if start.numel() > 1 and bool((start[1:] < start[:-1]).any()):
-        raise ValueError("start must be non-decreasing (the first node of every graph, then N)")
+    if _reads(start):
+        check_complete_start(start)
     return _backend.call(_complete_op, _complete_op_impl, start)
+
+
+def check_complete_start(start: Tensor) -> int:
+    """The edge count ``sum_b n_b^2`` of :func:`complete_edges`' pointer ``start`` (int64, 1-D),
+    after checking that it starts at 0 and never decreases, and that the count and the node
+    count fit an int64; ``ValueError`` otherwise. Vectorised: the squares are summed in float64
+    first, and exactly only where the float sum shows no overflow."""
+    sizes = start[1:] - start[:-1]
+    first = int(start[0])
+    if first != 0:
+        raise ValueError(f"start must begin at 0 (the first node of every graph, then N), got {first}")
+    if sizes.numel() and int(sizes.min()) < 0:
+        raise ValueError("start must be non-decreasing (the first node of every graph, then N)")
+    approx = float(sizes.double().square().sum()) if sizes.numel() else 0.0
+    if approx >= 2.0 ** 62:
+        raise ValueError(f"start describes graphs with {approx:.3g} node pairs in all, more than an int64 holds "
+                         f"(2^63 - 1); the largest graph has {int(sizes.max())} nodes")
+    return _fits("the complete edge list", int(sizes.square().sum()) if sizes.numel() else 0)
 
 
 # ------------------------------------------------------------------------------- radius graphs
@@ -352,11 +410,11 @@ def radius_graph(pos: Tensor, ptr: Tensor, r: float, loop: bool = False) -> Tens
     r = float(r)
     if not r >= 0 or r == float("inf"):
         raise ValueError(f"r must be finite and >= 0, got {r}")
+    from .._checks import pointer_values
     ptr = ptr.long()
     if ptr.device != pos.device:
         raise ValueError(f"ptr is on {ptr.device} but pos on {pos.device}; move both to one device")
-    if int(ptr[0]) != 0 or int(ptr[-1]) != pos.shape[0] or (ptr.numel() > 1 and bool((ptr[1:] < ptr[:-1]).any())):
-        raise ValueError(f"ptr must be non-decreasing from 0 to N = {pos.shape[0]}")
+    pointer_values("ptr", ptr, pos.shape[0])
     if not bool(torch.isfinite(pos).all()):
         raise ValueError("pos must be finite")
     return _backend.call(_radius_op, _radius_op_impl, pos.detach(), ptr, r, bool(loop))

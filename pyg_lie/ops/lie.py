@@ -112,5 +112,6 @@ def se2_relative_log(g: Tensor, edge_index: Tensor, cut_below: Optional[float] =
     if edge_index.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"edge_index must be an int64 (or int32) index tensor, got {edge_index.dtype}")
     same_device(g=g, edge_index=edge_index)
-    args = (g, edge_index.long(), None if cut_below is None else float(cut_below))
+    from .._checks import finite_float
+    args = (g, edge_index.long(), None if cut_below is None else finite_float("cut_below", cut_below, ", or None"))
     return _RelativeLog.apply(*args) if _backend.direct(g, args[1]) else _se2_log_op(*args)

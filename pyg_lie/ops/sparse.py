@@ -29,7 +29,8 @@ from torch_geometric.utils import scatter, softmax
 
 from .._gather import select
 from . import _backend
-from ._common import eager_function, float32_under_autocast, rows_of
+from ._common import (check_csr_values, check_permutation, check_transpose, eager_function, float32_under_autocast,
+                      float_tensor, index_tensor, rows_of, same_device, same_dtype, validating)
 
 __all__ = ["sddmm", "spmm", "spmm_permuted", "transposed_spmm", "segment_softmax", "composite_sddmm",
            "composite_spmm", "composite_segment_softmax"]
@@ -146,24 +147,69 @@ _spmm_op.register_autograd(_spmm_backward, setup_context=_save)
 float32_under_autocast(_sddmm_op, _spmm_op, _spmm_permuted_op)
 
 
+def _pattern(crow, col, num_sources: int, validate: Optional[bool], *ts: Tensor):
+    """``crow``, ``col`` as int index tensors, with ``validate`` (see
+    :func:`~pyg_lie.ops._common.validating`) checked to be a CSR pattern of sources in
+    ``[0, num_sources)``: a row pointer from 0 to ``E``, non-decreasing."""
+    crow, col = index_tensor("crow", crow), index_tensor("col", col)
+    if crow.numel() < 1:
+        raise ValueError("crow must be a CSR row pointer with at least one entry (num_rows + 1)")
+    same_device(crow=crow, col=col, **{f"operand{i}": t for i, t in enumerate(ts)})
+    checked = validating(validate, crow, col)
+    if checked:
+        check_csr_values(crow, col, num_sources)
+    return crow, col, checked
+
+
 def sddmm(A: Tensor, B: Tensor, crow: Tensor, col: Tensor, crow_t: Optional[Tensor] = None,
           col_t: Optional[Tensor] = None, perm_t: Optional[Tensor] = None,
-          iperm_t: Optional[Tensor] = None) -> Tensor:
+          iperm_t: Optional[Tensor] = None, *, validate: Optional[bool] = None) -> Tensor:
     """``(H, E)`` scores ``A[i, h] . B[j, h]`` of the CSR edges ``j -> i`` for ``A (N, H, D)``,
-    ``B (M, H, D)``; a gradient of ``B`` needs the transposed pattern (see the module doc)."""
-    return _sddmm_op(A, B, crow, col, crow_t, col_t, perm_t, iperm_t)
+    ``B (M, H, D)``; a gradient of ``B`` needs the transposed pattern (see the module doc).
+    ``validate``: check the values of the pattern (a row pointer from 0 to ``E``, indices in
+    range) before any kernel reads through it; ``None`` (default) checks CPU tensors (on a GPU
+    the check costs a device synchronisation)."""
+    A, B = float_tensor("A", A, 3), float_tensor("B", B, 3)
+    same_dtype(A=A, B=B)
+    if A.shape[1:] != B.shape[1:]:
+        raise ValueError(f"A (N, H, D) and B (M, H, D) must share (H, D), got {tuple(A.shape)} and {tuple(B.shape)}")
+    crow, col, checked = _pattern(crow, col, B.shape[0], validate, A, B)
+    if crow.numel() != A.shape[0] + 1:
+        raise ValueError(f"crow must have one entry more than A has rows ({A.shape[0] + 1}), got {crow.numel()}")
+    t = check_transpose(crow_t, col_t, perm_t, iperm_t, A.shape[0], B.shape[0], col.numel(), checked)
+    return _sddmm_op(A, B, crow, col, *t)
 
 
 def spmm(w: Tensor, V: Tensor, crow: Tensor, col: Tensor, crow_t: Optional[Tensor] = None,
          col_t: Optional[Tensor] = None, perm_t: Optional[Tensor] = None,
-         iperm_t: Optional[Tensor] = None) -> Tensor:
+         iperm_t: Optional[Tensor] = None, *, validate: Optional[bool] = None) -> Tensor:
     """``(N, H, D)`` sums ``sum_{j -> i} w[h, e] V[j, h]`` for ``w (H, E)``, ``V (M, H, D)``; a
-    gradient of ``V`` needs the transposed pattern (see the module doc)."""
-    return _spmm_op(w, V, crow, col, crow_t, col_t, perm_t, iperm_t)
+    gradient of ``V`` needs the transposed pattern (see the module doc). ``validate`` as in
+    :func:`sddmm`."""
+    w, V = float_tensor("w", w, 2), float_tensor("V", V, 3)
+    same_dtype(w=w, V=V)
+    crow, col, checked = _pattern(crow, col, V.shape[0], validate, w, V)
+    if w.shape != (V.shape[1], col.numel()):
+        raise ValueError(f"w must be (H, E) = {(V.shape[1], col.numel())} (the heads of V, the edges of col), got "
+                         f"{tuple(w.shape)}")
+    t = check_transpose(crow_t, col_t, perm_t, iperm_t, crow.numel() - 1, V.shape[0], col.numel(), checked)
+    return _spmm_op(w, V, crow, col, *t)
 
 
-def spmm_permuted(w: Tensor, wperm: Tensor, V: Tensor, crow: Tensor, col: Tensor) -> Tensor:
-    """:func:`spmm` whose edge ``e`` takes the weights ``w[:, wperm[e]]``; no gradient."""
+def spmm_permuted(w: Tensor, wperm: Tensor, V: Tensor, crow: Tensor, col: Tensor, *,
+                  validate: Optional[bool] = None) -> Tensor:
+    """:func:`spmm` whose edge ``e`` takes the weights ``w[:, wperm[e]]``; no gradient.
+    ``validate`` as in :func:`sddmm` (``wperm`` too: entries in ``[0, E)``)."""
+    w, V = float_tensor("w", w, 2), float_tensor("V", V, 3)
+    same_dtype(w=w, V=V)
+    crow, col, checked = _pattern(crow, col, V.shape[0], validate, w, V)
+    wperm = index_tensor("wperm", wperm)
+    same_device(w=w, wperm=wperm)
+    if w.shape != (V.shape[1], col.numel()) or wperm.numel() != col.numel():
+        raise ValueError(f"w must be (H, E) = {(V.shape[1], col.numel())} and wperm ({col.numel()},), got "
+                         f"{tuple(w.shape)} and {tuple(wperm.shape)}")
+    if checked:
+        check_permutation("wperm", wperm, col.numel())
     return _spmm_permuted_op(w, wperm, V, crow, col)
 
 
@@ -259,14 +305,24 @@ float32_under_autocast(_segment_softmax_op, _segment_softmax_backward_op)
 _SegmentSoftmax = eager_function("_SegmentSoftmax", _segment_softmax_impl, _softmax_setup, _softmax_backward)
 
 
-def segment_softmax(s: Tensor, ptr: Tensor, dim: int = 1) -> Tensor:
+def segment_softmax(s: Tensor, ptr: Tensor, dim: int = 1, *, validate: Optional[bool] = None) -> Tensor:
     """Softmax of the 2-D ``s`` over the segments ``ptr[i] .. ptr[i + 1] - 1`` along ``dim``
     (``s (R, E)`` with ``dim=1``: every row separately; ``s (E, C)`` with ``dim=0``: every
-    column separately). ``ptr (N + 1,)`` is a CSR pointer from 0 to ``E`` (not checked here:
-    :func:`pyg_lie.nn.attention_core.edge_attention` checks it). A segment whose largest score
-    is ``-inf`` gives NaN, as torch's softmax does. Differentiable, twice."""
+    column separately). ``ptr (N + 1,)`` is a CSR pointer from 0 to ``E``, non-decreasing;
+    ``validate`` checks it (``None``, the default: for CPU tensors, whatever the dtype; on a GPU
+    the check costs a device synchronisation, pass ``True`` for pointers of unknown origin). A
+    segment whose largest score is ``-inf`` gives NaN, as torch's softmax does. Differentiable,
+    twice."""
+    from .._checks import pointer_values
     if not isinstance(s, Tensor) or s.dim() != 2:
         raise ValueError(f"s must be a 2-D tensor, got {getattr(s, 'shape', type(s).__name__)}")
-    if dim not in (0, 1):
+    if dim not in (0, 1) or isinstance(dim, bool):
         raise ValueError(f"dim must be 0 or 1, got {dim!r}")
+    s = float_tensor("s", s, 2)
+    ptr = index_tensor("ptr", ptr)
+    same_device(s=s, ptr=ptr)
+    if ptr.numel() < 1:
+        raise ValueError("ptr must be a CSR pointer with at least one entry (num_segments + 1)")
+    if validating(validate, s, ptr):
+        pointer_values("ptr", ptr, s.shape[dim])
     return _SegmentSoftmax.apply(s, ptr, dim) if _backend.direct(s, ptr) else _segment_softmax_op(s, ptr, dim)

@@ -495,7 +495,9 @@ def expand_edges(ptr: Tensor, col: Tensor, K: int) -> Tensor:
         raise ValueError(f"K must be a positive int, got {K}")
     ptr = _pointer_arg("ptr", ptr)
     (col,) = _i64(col)
-    total = col.numel() * K * K
+    from ..._checks import int64_size
+    total = int64_size("the lifted edge list (E K^2)", col.numel() * K * K)
+    int64_size("the lifted node count (N K)", (ptr.numel() - 1) * K)
     out = col.new_empty(2, total)
     rc = _library().expand_edges_i64(ptr.numel() - 1, col.numel(), K, ptr.data_ptr(), col.data_ptr(),
                                      out[0].data_ptr(), out[1].data_ptr(), torch.get_num_threads())
@@ -507,11 +509,9 @@ def complete_edges(start: Tensor) -> Tensor:
     """``(2, sum_b n_b^2)`` edges (row 0 source, row 1 target) of every ordered pair of nodes
     of the same graph, self pairs included, in (target, source) order, graph ``b`` holding
     nodes ``start[b] .. start[b + 1] - 1`` (``start (B + 1,)``, int64, CPU, non-decreasing)."""
+    from ..graph import check_complete_start
     start = _pointer_arg("start", start)
-    sizes = start[1:] - start[:-1]
-    if sizes.numel() and int(sizes.min()) < 0:
-        raise ValueError("start must be non-decreasing (the first node of every graph, then N)")
-    out = start.new_empty(2, int((sizes * sizes).sum()))
+    out = start.new_empty(2, check_complete_start(start))  # the count checked against int64 overflow
     rc = _library().complete_edges_i64(start.numel() - 1, start.data_ptr(), out[0].data_ptr(), out[1].data_ptr(),
                                        torch.get_num_threads())
     _check(rc, "complete_edges", "start must be non-decreasing")

@@ -1,4 +1,8 @@
-"""Results as data: every experiment run writes one JSON file under ``results/<experiment>/``.
+"""Results as data: every experiment run writes one JSON file under ``<results dir>/<experiment>/``.
+
+The results dir is ``--results-dir``, else ``$PYG_LIE_RESULTS_DIR``, else :data:`RESULTS_DIR`
+(``runs/results``, ignored by git): the committed ``results/`` folder is written only when
+asked for (``--results-dir results``).
 
 A result file holds what is needed to trace a number back to the run that produced it:
 
@@ -26,8 +30,10 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 __all__ = ["RESULTS_DIR", "RESULTS_DIR_ENV", "REQUIRED_FIELDS", "load_result", "write_result", "read_results", "git_revision", "host_class",
            "add_result_arguments", "record_run", "setting_text", "command_line", "run_name"]
 
-#: default folder, relative to the working directory (the repository root for the documented commands)
-RESULTS_DIR = "results"
+#: default folder, relative to the working directory: under ``runs/`` (ignored by git), so that
+#: a run from the repository root never overwrites the committed ``results/`` (pass
+#: ``--results-dir results`` to write there)
+RESULTS_DIR = os.path.join("runs", "results")
 #: environment variable that replaces the default of ``--results-dir`` (the test suite points it at a
 #: temporary folder so that no test run overwrites the committed results)
 RESULTS_DIR_ENV = "PYG_LIE_RESULTS_DIR"
@@ -143,7 +149,8 @@ def add_result_arguments(p: argparse.ArgumentParser, default_run: str) -> None:
     p.add_argument("--results-dir", default=None,
                    help=f"the run's result file goes to RESULTS_DIR/<experiment>/<run>.json, its plots "
                         f"beside it as <run>.<plot>.png (default: ${RESULTS_DIR_ENV} when set, else "
-                        f"{RESULTS_DIR})")
+                        f"{RESULTS_DIR}; the committed results live in results/, written only when "
+                        f"asked for: --results-dir results)")
     p.add_argument("--run-name", type=run_name, default=None, help=f"<run> (default: {default_run})")
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ._atomic import atomic_open
 from .ddp import DistEnv, gather_objects, unwrap
 
 __all__ = ["rng_state", "set_rng_state", "save_checkpoint", "load_checkpoint", "load_weights"]
@@ -67,11 +68,8 @@ def save_checkpoint(path: str, model: nn.Module, optimizer: torch.optim.Optimize
         "rng": rngs,
         "extra": extra or {},
     }
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    tmp = path + ".tmp"
-    torch.save(ckpt, tmp)
-    os.replace(tmp, path)
+    with atomic_open(path, "wb") as f:  # a run killed mid-save keeps the previous checkpoint
+        torch.save(ckpt, f)
 
 
 def _read(path: str, flag: str) -> Any:

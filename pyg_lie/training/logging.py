@@ -2,7 +2,8 @@ r"""Rank-0 metric logging: CSV always, TensorBoard when installed, and a learnin
 
 Every call on a non-zero rank is a no-op, so training code can log
 unconditionally.  The CSV (``metrics.csv``) has one row per :meth:`MetricsLogger.log`
-call; new keys add columns (the file is rewritten with the union of columns).
+call; new keys add columns. The file is rewritten whole after every row, atomically (a temporary
+file in its folder renamed over it), so that a run killed at any moment leaves a complete file.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import math
 import os
 from typing import Dict, List, Optional, Sequence
 
+from ._atomic import atomic_open
 from .ddp import DistEnv
 
 __all__ = ["MetricsLogger", "read_metrics", "plot_learning_curves"]
@@ -58,12 +60,7 @@ class MetricsLogger:
             return
         row = {k: float(v) for k, v in row.items()}
         self.rows.append(row)
-        keys = self._keys()
-        if os.path.isfile(self.path) and keys == self._file_keys():
-            with open(self.path, "a", newline="") as f:
-                csv.DictWriter(f, fieldnames=keys).writerow(row)
-        else:
-            self._rewrite()
+        self._rewrite()  # the whole file, atomically: an append killed midway would leave half a row
         if self.writer is not None:
             s = int(step if step is not None else row.get("epoch", len(self.rows)))
             for k, v in row.items():
@@ -81,13 +78,9 @@ class MetricsLogger:
             keys += [k for k in r if k not in keys]
         return keys
 
-    def _file_keys(self) -> List[str]:
-        with open(self.path, newline="") as f:
-            return next(csv.reader(f), [])
-
     def _rewrite(self) -> None:
         keys = self._keys()
-        with open(self.path, "w", newline="") as f:
+        with atomic_open(self.path, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=keys)
             w.writeheader()
             for r in self.rows:

@@ -90,6 +90,10 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Optional[
     if resume is not None:
         ck = load_checkpoint(resume, model, optimizer, scheduler, env)
         start = int(ck["epoch"]) + 1
+        if start > epochs:  # the results would say `epochs` but hold a model trained for longer
+            raise ValueError(f"--resume: {resume!r} holds a model trained for {start} epochs, more than the "
+                             f"{epochs} asked for (--epochs {epochs}); pass --epochs {start} or more to continue "
+                             f"it, or start a new run without --resume")
         logger.truncate(int(ck["epoch"]))
     rows = list(logger.rows) if env.is_main else []
     stop = epochs if stop_after is None else min(epochs, start + stop_after)

@@ -889,6 +889,21 @@ def log_knn_graph(group: Union[str, LieGroup], g: Tensor, k: int, batch: Optiona
     return _log_graph(group, g, batch, self_loops, chunk, chart, k=k, r=None, method=method)
 
 
+def _check_log_graph_args(group: LieGroup, g: Tensor, self_loops, chunk) -> int:
+    """The arguments :func:`log_knn_graph` and :func:`log_radius_graph` share: ``g`` one finite
+    ``(N, m, m)`` matrix of ``group`` per element, ``self_loops`` a bool, ``chunk`` a positive
+    int (returned)."""
+    if not isinstance(g, Tensor) or not g.is_floating_point():
+        raise ValueError(f"g must be a floating-point tensor of {group.name} elements, got "
+                         f"{g.dtype if isinstance(g, Tensor) else type(g).__name__}")
+    checks.group_elements(group, g, g.shape[0] if g.dim() == 3 else -1)
+    if g.numel() and not _is_compiling() and not bool(torch.isfinite(g).all()):
+        raise ValueError("g contains NaN or infinite entries; every element must be a finite matrix")
+    if not isinstance(self_loops, bool):
+        raise ValueError(f"self_loops must be True or False, got {self_loops!r}")
+    return positive_int("chunk", chunk)
+
+
 def log_radius_graph(group: Union[str, LieGroup], g: Tensor, r: float, batch: Optional[Tensor] = None,
                      self_loops: bool = True, chunk: int = 1024, chart: str = "mask",
                      method: str = "auto") -> Tensor:
@@ -905,9 +920,8 @@ def log_radius_graph(group: Union[str, LieGroup], g: Tensor, r: float, batch: Op
         ``i``, sorted by ``(i, j)``.
     """
     group = get_group(group)
-    if not r > 0:
-        raise ValueError(f"r must be positive, got {r!r}")
-    return _log_graph(group, g, batch, self_loops, chunk, chart, k=None, r=float(r), method=method)
+    r = checks.positive_float("r", r.item() if isinstance(r, Tensor) and r.numel() == 1 else r)
+    return _log_graph(group, g, batch, self_loops, chunk, chart, k=None, r=r, method=method)
 
 
 def _resolve_method(method: str, group: LieGroup, g: Tensor, n_max: int) -> Optional[LogNormEmbedding]:
@@ -931,8 +945,11 @@ def _resolve_method(method: str, group: LieGroup, g: Tensor, n_max: int) -> Opti
 @torch.no_grad()
 def _log_graph(group: LieGroup, g: Tensor, batch: Optional[Tensor], self_loops: bool, chunk: int,
                chart: str, k: Optional[int], r: Optional[float], method: str = "auto") -> Tensor:
+    chunk = _check_log_graph_args(group, g, self_loops, chunk)
     N = g.shape[0]
     batch = torch.zeros(N, dtype=torch.long, device=g.device) if batch is None else _sorted_batch(batch, N)
+    if N:  # dense ids 0 .. B - 1: the cost follows the number of elements, not the largest id
+        batch = torch.unique_consecutive(batch, return_inverse=True)[1]
     counts = torch.bincount(batch) if N else batch.new_zeros(0)
     lne = _resolve_method(method, group, g, int(counts.max()) if N else 0)
     if lne is not None:

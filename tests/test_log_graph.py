@@ -147,3 +147,49 @@ def test_cuda_embedding_equals_brute(name):
     a = log_radius_graph(G, g, 1.0, batch, method="brute")
     b = log_radius_graph(G, g, 1.0, batch, method="embedding")
     assert b.device == g.device and _key(a) == _key(b)
+
+
+# ------------------------------------------------------------- huge graph ids, bad numbers
+@pytest.mark.parametrize("method", ["brute", "embedding"])
+def test_log_graphs_cost_follows_tokens_not_the_largest_graph_id(method):
+    import time
+    g = get_group("SE2").random(4, generator=torch.Generator().manual_seed(0))
+    dense = torch.tensor([0, 0, 1, 1])
+    for big in (3 * 10 ** 7, 10 ** 8, 2 ** 62):
+        sparse = torch.tensor([0, 0, big, big])
+        t = time.perf_counter()
+        knn = log_knn_graph("SE2", g, 1, sparse, method=method)
+        rad = log_radius_graph("SE2", g, 10.0, sparse, method=method)
+        assert time.perf_counter() - t < 2.0  # was 8-13 s and 1.5 GB at 3e7 (a bincount up to the id)
+        assert torch.equal(knn, log_knn_graph("SE2", g, 1, dense, method=method))
+        assert torch.equal(rad, log_radius_graph("SE2", g, 10.0, dense, method=method))
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(chunk=0), "chunk must be a positive int"), (dict(chunk=-1), "chunk must be a positive int"),
+    (dict(chunk=1.5), "chunk must be a positive int"), (dict(self_loops="yes"), "self_loops"),
+])
+def test_log_graph_bad_arguments_name_themselves(bad, match):
+    g = get_group("SE2").random(5)
+    with pytest.raises(ValueError, match=match):
+        log_knn_graph("SE2", g, 2, **bad)
+    with pytest.raises(ValueError, match=match):
+        log_radius_graph("SE2", g, 1.0, **bad)
+
+
+@pytest.mark.parametrize("r", [float("nan"), float("inf"), -1.0, 0.0, "one", None])
+def test_log_radius_graph_bad_radius(r):
+    with pytest.raises(ValueError, match="r must be a finite number > 0"):
+        log_radius_graph("SE2", get_group("SE2").random(3), r)
+
+
+def test_log_graph_bad_elements():
+    g = get_group("SE2").random(3)
+    with pytest.raises(ValueError, match=r"shape \(3, 3, 3\)"):
+        log_knn_graph("SE2", g[:, :2], 1)
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        log_knn_graph("SE2", g * float("inf"), 1)
+    with pytest.raises(ValueError, match="floating-point"):
+        log_knn_graph("SE2", g.long(), 1)
+    with pytest.raises(ValueError, match="k must be a positive int"):
+        log_knn_graph("SE2", g, 0)

@@ -483,3 +483,42 @@ def test_knn_graph_unsorted_batch_empty_and_errors():
         nb.knn_graph(pos.long(), 2)
     with pytest.raises(ValueError, match="batch must be 1-D"):
         nb.knn_graph(pos, 2, batch[:-1])
+
+
+# ----------------------------------------------- huge graph ids and numbers near the float limits
+def test_builders_cost_follows_points_not_the_largest_graph_id():
+    import time
+    from pyg_lie.neighbors import complete_graph, knn_graph, radius, radius_graph
+    pos = torch.randn(4, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    dense, huge = torch.tensor([0, 0, 1, 1]), torch.tensor([0, 0, 2 ** 62, 2 ** 62])
+    t = time.perf_counter()
+    for backend in ("auto", "kdtree", "cdist"):
+        assert torch.equal(radius_graph(pos, 5.0, huge, backend=backend), radius_graph(pos, 5.0, dense, backend=backend))
+        assert torch.equal(radius_graph(pos, 5.0, huge.flip(0), backend=backend),
+                           radius_graph(pos, 5.0, dense.flip(0), backend=backend))
+        assert torch.equal(knn_graph(pos, 1, huge, backend=backend), knn_graph(pos, 1, dense, backend=backend))
+        assert torch.equal(radius(pos, pos, 5.0, huge, huge, backend=backend),
+                           radius(pos, pos, 5.0, dense, dense, backend=backend))
+    assert torch.equal(complete_graph(huge), complete_graph(dense))
+    assert time.perf_counter() - t < 5.0
+
+
+@pytest.mark.parametrize("r", [float("nan"), float("inf"), -1.0, -0.0 - 1e-300, "x", None, torch.ones(2)])
+def test_radius_bad_values_name_r(r):
+    from pyg_lie.neighbors import radius_graph
+    with pytest.raises(ValueError, match="r must be"):
+        radius_graph(torch.randn(3, 2), r)
+
+
+def test_radius_near_the_float_limits_is_exact():
+    from pyg_lie.neighbors import knn_graph, radius_graph
+    pos = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 3.0]], dtype=torch.float64)
+    every = radius_graph(pos, 1.7976931348623157e308)
+    assert every.shape[1] == 6  # every ordered pair but the self pairs
+    assert radius_graph(pos, 5e-324).shape[1] == 0
+    assert radius_graph(pos, 0.0, loop=True).shape[1] == 3
+    assert knn_graph(pos, 10 ** 18).shape[1] == 6  # k beyond the cloud: every other point
+    with pytest.raises(ValueError, match="k must be an int >= 0"):
+        knn_graph(pos, -1)
+    with pytest.raises(ValueError, match="max_num_neighbors"):
+        radius_graph(pos, 1.0, max_num_neighbors=-3)

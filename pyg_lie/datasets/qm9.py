@@ -30,10 +30,11 @@ molecules from a fixed seed-0 NumPy permutation, the Cormorant recipe) and
 rest train).  On smaller (e.g. offline test) data sets the sizes scale by
 ``N / 130,831``.
 
-Offline use: :func:`write_synthetic_raw` writes a tiny ``raw/qm9_v3.pt`` in the
-format PyG's ``QM9.process`` reads when rdkit is absent (a list of dicts with
-``x, edge_index, edge_attr, y[1, 19], pos, z, name, idx``), so the real ``QM9``
-class processes it.
+Offline use: :func:`write_synthetic_raw` writes a tiny synthetic set in both raw
+formats of PyG's ``QM9.process``: ``raw/qm9_v3.pt`` (read when RDKit is absent: a
+list of dicts with ``x, edge_index, edge_attr, y[1, 19], pos, z, name, idx``) and
+``raw/gdb9.sdf``, ``raw/gdb9.sdf.csv``, ``raw/uncharacterized.txt`` (read with
+RDKit), so the real ``QM9`` class processes it either way.
 """
 from __future__ import annotations
 
@@ -189,11 +190,14 @@ def pyg_split(n: int = QM9_SIZE, seed: int = 0) -> Dict[str, Tensor]:
 
 
 def write_synthetic_raw(root: str, num_molecules: int = 64, seed: int = 0) -> str:
-    """Write a tiny ``root/raw/qm9_v3.pt`` in PyG's pre-processed format (for offline tests and demos).
+    """Write a tiny ``root/raw/qm9_v3.pt`` in PyG's pre-processed format and the same molecules as
+    PyG's raw SDF / CSV files (for offline tests and demos; PyG reads the latter when RDKit is
+    installed).
 
-    Molecules have 3-12 atoms (H, C, N, O, F) at random positions with a minimum
-    spacing; the 19 targets are smooth functions of composition and geometry
-    (plus noise) so that a model can fit them.  Returns the file path.
+    Molecules have 3-12 atoms (H, C, N, O, F) at random positions (multiples of 1e-4 Angstrom, so
+    that the SDF holds them exactly) bonded in a chain; the 19 targets are smooth functions of
+    composition and geometry (plus noise) so that a model can fit them.  Returns the path of
+    ``qm9_v3.pt``.
     """
     if num_molecules < 1:
         raise ValueError(f"num_molecules must be >= 1, got {num_molecules}")
@@ -206,7 +210,7 @@ def write_synthetic_raw(root: str, num_molecules: int = 64, seed: int = 0) -> st
         t = torch.randint(0, 5, (n,), generator=g)
         z = zs[t]
         pos = torch.cumsum(torch.randn(n, 3, generator=g, dtype=torch.float64) * 0.9, 0)
-        pos = (pos - pos.mean(0)).to(torch.float32)
+        pos = (torch.round((pos - pos.mean(0)) * 1e4) / 1e4).to(torch.float32)
         # bonds: a chain through the atoms, both directions, sorted like PyG
         src = torch.arange(n - 1)
         ei = torch.stack([torch.cat([src, src + 1]), torch.cat([src + 1, src])])
@@ -226,4 +230,33 @@ def write_synthetic_raw(root: str, num_molecules: int = 64, seed: int = 0) -> st
     os.makedirs(raw, exist_ok=True)
     path = os.path.join(raw, "qm9_v3.pt")
     torch.save(out, path)
+    _write_sdf_raw(raw, out)
     return path
+
+
+def _write_sdf_raw(raw: str, molecules) -> None:
+    """``gdb9.sdf`` (V2000 mol blocks), ``gdb9.sdf.csv`` (PyG's raw target columns and units) and
+    an empty ``uncharacterized.txt``, as PyG's ``QM9.process`` reads them with RDKit."""
+    from torch_geometric.datasets.qm9 import conversion
+
+    symbols = {1: "H", 6: "C", 7: "N", 8: "O", 9: "F"}
+    blocks, rows = [], []
+    for i, m in enumerate(molecules):
+        pos, z, ei = m["pos"].double().tolist(), m["z"].tolist(), m["edge_index"]
+        bonds = ei[:, ei[0] < ei[1]].t().tolist()
+        lines = [m["name"], "     pyg_lie          3D", "",
+                 f"{len(z):3d}{len(bonds):3d}  0  0  0  0  0  0  0  0999 V2000"]
+        lines += [f"{x:10.4f}{y:10.4f}{w:10.4f} {symbols[a]:<3} 0  0  0  0  0  0  0  0  0  0  0  0"
+                  for (x, y, w), a in zip(pos, z)]
+        lines += [f"{a + 1:3d}{b + 1:3d}  1  0" for a, b in bonds]
+        blocks.append("\n".join(lines + ["M  END", "$$$$"]))
+        y = m["y"][0].double() / conversion.double()
+        values = torch.cat([y[16:19], y[:16]]).tolist()  # PyG moves the raw A, B, C to the end
+        rows.append(",".join([m["name"]] + [repr(v) for v in values]))
+    with open(os.path.join(raw, "gdb9.sdf"), "w") as f:
+        f.write("\n".join(blocks) + "\n")
+    header = "mol_id,A,B,C,mu,alpha,homo,lumo,gap,r2,zpve,u0,u298,h298,g298,cv,u0_atom,u298_atom,h298_atom,g298_atom"
+    with open(os.path.join(raw, "gdb9.sdf.csv"), "w") as f:
+        f.write("\n".join([header] + rows) + "\n")
+    with open(os.path.join(raw, "uncharacterized.txt"), "w") as f:  # PyG skips 9 header and 2 footer lines
+        f.write("synthetic QM9: no uncharacterized molecules\n" + "\n" * 8 + "end\n")

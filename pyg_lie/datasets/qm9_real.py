@@ -12,23 +12,30 @@ locates the package's data folder and never imports the package, whose
 * ``y (1, 19)`` in PyG's target order and units (see :data:`TARGET_NAMES`):
   Hartree energies times :data:`HAR2EV`; the atomization energies (12-15) are the
   totals minus the per-atom reference energies PyG uses (:data:`ATOMREF_EV`);
+* ``edge_index (2, E)`` the bonds, both directions, sorted by source then target, and
+  ``edge_attr (E, 4)`` their types one-hot as PyG's: single, double, triple, aromatic.
+  The bonds and bond orders are those of the molecule's SMILES (``qm9pack``'s, parsed and
+  sanitized by RDKit, so aromatic rings have aromatic bonds), put on the atoms of the XYZ
+  file by matching the SMILES's graph onto the geometry's connectivity (atoms closer than
+  1.3 times the sum of their covalent radii; tighter or, for the two molecules whose
+  relaxed geometry stretches a bond, looser when the graphs differ);
 * ``x (N, 11)`` PyG's atom-feature layout: one-hot ``H C N O F``, atomic
-  number, aromatic, sp, sp2, sp3, number of bonded hydrogens.  Aromaticity and
-  hybridization need rdkit's chemical perception and are **zero** here (PyG's
-  own processing reads the SDF with ``sanitize=False``, which leaves many of
-  them unspecified too); ``num_hs`` counts the hydrogens within bonding
-  distance (1.3 times the sum of covalent radii).  Bonds (``edge_index``,
-  ``edge_attr``) are not stored: the QM9 models here and PyG's SchNet /
-  DimeNet build their graphs from ``pos``;
+  number, aromatic, sp, sp2, sp3 (RDKit's perception of the SMILES's molecule) and the
+  number of bonded hydrogens;
+* ``smiles``: RDKit's SMILES of that molecule with its hydrogens (as PyG's ``smiles``);
 * ``charges (N,)`` Mulliken charges (e), atom by atom in XYZ order: an extra
   attribute PyG's class does not have (their sum with ``pos`` gives the charge
   dipole, a vector in the coordinates' frame);
 * ``idx`` (0-based GDB index, as PyG's ``idx``) and ``name`` (``"gdb_<n>"``).
 
 A user can replace ``torch_geometric.datasets.QM9(root)`` by ``QM9(root)`` and
-keep the model.  Processing happens once (with a progress bar) into
-``root/processed``; a file that fails to load, lacks the expected keys or holds
-the wrong number of molecules is reported and rebuilt, never loaded silently.
+keep the model (``T.Distance()``, ``NNConv`` on ``edge_attr``, SchNet on ``z, pos``).
+Processing needs RDKit (``pip install pyg-lie[qm9]`` installs it) and happens once (with a
+progress bar) into ``root/processed``; a file that fails to load, lacks the expected keys
+or holds the wrong number of molecules is reported and rebuilt, never loaded silently, and
+the old file stays in place until its replacement is written. As in PyG, a set built with
+a ``pre_transform`` or ``pre_filter`` is kept when reopened with another one (a warning
+says so); pass ``force_reload=True`` to rebuild it.
 """
 from __future__ import annotations
 
@@ -42,8 +49,9 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 import torch
 from torch_geometric.data import Data, InMemoryDataset
+from torch_geometric.data.dataset import _repr
 
-__all__ = ["QM9", "qm9pack_data_dir", "count_molecules", "HAR2EV", "ATOMREF_EV", "TARGET_NAMES"]
+__all__ = ["QM9", "qm9pack_data_dir", "count_molecules", "HAR2EV", "ATOMREF_EV", "TARGET_NAMES", "BOND_TYPES"]
 
 HAR2EV = 27.211386246  # Hartree -> eV (the constant PyG's QM9 uses)
 #: per-atom reference energies in eV for H, C, N, O, F; rows U0, U, H, G (PyG's ``atomrefs[7..10]``)
@@ -75,9 +83,15 @@ _ATOMREF_NP = ATOMREF_EV.numpy()
 _TYPE_NP = np.full(10, -1)
 for _z, _t in _TYPE.items():
     _TYPE_NP[_z] = _t
-_KEYS = {"x", "z", "pos", "y", "charges", "idx", "name"}
-_FORMAT = 1  # bump when the stored layout changes
+_KEYS = {"x", "z", "pos", "y", "charges", "idx", "name", "edge_index", "edge_attr", "smiles"}
+_FORMAT = 2  # bump when the stored layout changes
 _INSTALL_HINT = "QM9 needs the qm9pack package: pip install pyg-lie[qm9]"
+#: PyG's bond-type columns of ``edge_attr``
+BOND_TYPES = ("SINGLE", "DOUBLE", "TRIPLE", "AROMATIC")
+# connectivity thresholds (times the sum of covalent radii): the graph must equal the SMILES's;
+# then looser ones, where the SMILES's graph only has to embed (a bond stretched in the geometry)
+_FACTORS = (1.3, 1.2, 1.15, 1.1)
+_LOOSE_FACTORS = (1.4, 1.5, 1.6, 1.8)
 
 
 def qm9pack_data_dir() -> str:
@@ -112,16 +126,105 @@ def _elements(text: str) -> List[int]:
     return [_SYMBOLS[s.strip().strip("'\"")] for s in text.strip("[]").split(",")]
 
 
-def _num_hs(z: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """Hydrogens within 1.3 x (sum of covalent radii) of each atom."""
+def _rdkit():
+    try:
+        from rdkit import Chem, RDLogger
+    except ImportError as e:
+        raise ImportError("QM9's bonds and atom features need RDKit: pip install pyg-lie[qm9]") from e
+    RDLogger.DisableLog("rdApp.*")
+    return Chem
+
+
+def _skeleton(Chem, z: np.ndarray, bonded: np.ndarray):
+    """A molecule of the atoms ``z`` with a single bond for every ``bonded`` pair, and its bond count."""
+    mol = Chem.RWMol()
+    for a in z.tolist():
+        mol.AddAtom(Chem.Atom(a))
+    rows, cols = np.nonzero(np.triu(bonded, 1))
+    for a, b in zip(rows.tolist(), cols.tolist()):
+        mol.AddBond(a, b, Chem.BondType.SINGLE)
+    mol = mol.GetMol()
+    mol.UpdatePropertyCache(strict=False)
+    return mol, len(rows)
+
+
+def _bonded_molecule(Chem, smiles: str, z: np.ndarray, pos: np.ndarray, name: str):
+    """The RDKit molecule of ``smiles`` (with hydrogens) renumbered to the atoms of the geometry."""
+    mol = Chem.MolFromSmiles(smiles)
+    if mol is None:
+        raise ValueError(f"QM9 {name}: RDKit cannot parse the SMILES {smiles!r}")
+    mol = Chem.AddHs(mol)
+    if sorted(a.GetAtomicNum() for a in mol.GetAtoms()) != sorted(z.tolist()):
+        raise ValueError(f"QM9 {name}: the SMILES {smiles!r} has other atoms than the geometry")
+    query = Chem.RWMol(mol)  # the bond graph alone: orders, aromaticity and charges left out
+    for bond in query.GetBonds():
+        bond.SetBondType(Chem.BondType.SINGLE)
+        bond.SetIsAromatic(False)
+    for atom in query.GetAtoms():
+        atom.SetFormalCharge(0)
+        atom.SetIsAromatic(False)
+        atom.SetNoImplicit(True)
     r = _RADIUS[z]
-    d = np.sqrt(((pos[:, None, :] - pos[None, :, :]) ** 2).sum(-1))
-    bonded = d < 1.3 * (r[:, None] + r[None, :])
-    np.fill_diagonal(bonded, False)
-    return (bonded & (z == 1)[None, :]).sum(1)
+    ratio = np.sqrt(((pos[:, None, :] - pos[None, :, :]) ** 2).sum(-1)) / (r[:, None] + r[None, :])
+    np.fill_diagonal(ratio, np.inf)
+    match = ()
+    for factor in _FACTORS:
+        skeleton, num_bonds = _skeleton(Chem, z, ratio < factor)
+        if num_bonds == mol.GetNumBonds():
+            match = skeleton.GetSubstructMatch(query)
+            if match:
+                break
+    if not match:  # among the embeddings into a looser graph, the one with the shortest bonds
+        pairs = np.array([(b.GetBeginAtomIdx(), b.GetEndAtomIdx()) for b in mol.GetBonds()]).reshape(-1, 2)
+        for factor in _LOOSE_FACTORS:
+            matches = _skeleton(Chem, z, ratio < factor)[0].GetSubstructMatches(query, uniquify=False,
+                                                                                maxMatches=10000)
+            if matches:
+                m = np.array(matches)
+                match = matches[int(ratio[m[:, pairs[:, 0]], m[:, pairs[:, 1]]].sum(1).argmin())]
+                break
+    if not match:
+        raise ValueError(f"QM9 {name}: the bonds of the SMILES {smiles!r} do not fit the geometry")
+    order = [0] * len(match)
+    for atom, target in enumerate(match):
+        order[target] = atom
+    return Chem.RenumberAtoms(mol, order)
 
 
-def _molecule(row) -> Data:
+_BOND_INDEX = {name: i for i, name in enumerate(BOND_TYPES)}
+_HYBRID = {"SP": 7, "SP2": 8, "SP3": 9}  # columns of x
+
+
+def _bonds_and_features(Chem, mol, x: np.ndarray, name: str):
+    """Fill the aromatic / hybridization / hydrogen-count columns of ``x``; return
+    ``edge_index (2, E)``, ``edge_attr (E, 4)`` and the SMILES, laid out as PyG's QM9."""
+    n = x.shape[0]
+    for atom in mol.GetAtoms():
+        i = atom.GetIdx()
+        x[i, 6] = float(atom.GetIsAromatic())
+        column = _HYBRID.get(str(atom.GetHybridization()))
+        if column is not None:
+            x[i, column] = 1.0
+    ends, types = [], []
+    for bond in mol.GetBonds():
+        kind = _BOND_INDEX.get(str(bond.GetBondType()))
+        if kind is None:
+            raise ValueError(f"QM9 {name}: bond type {bond.GetBondType()} is none of {BOND_TYPES}")
+        ends.append((bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()))
+        types.append(kind)
+    ends = np.array(ends, dtype=np.int64).reshape(-1, 2)
+    src = np.concatenate([ends[:, 0], ends[:, 1]])
+    dst = np.concatenate([ends[:, 1], ends[:, 0]])
+    kind = np.concatenate([types, types]).astype(np.int64)
+    perm = np.argsort(src * n + dst, kind="stable")
+    src, dst, kind = src[perm], dst[perm], kind[perm]
+    x[:, 10] = np.bincount(dst, weights=(x[src, 0] == 1.0), minlength=n)  # bonded hydrogens
+    edge_attr = np.zeros((kind.size, len(BOND_TYPES)), dtype=np.float32)
+    edge_attr[np.arange(kind.size), kind] = 1.0
+    return np.stack([src, dst]), edge_attr, Chem.MolToSmiles(mol, isomericSmiles=True)
+
+
+def _molecule(row, Chem) -> Data:
     z = np.array(_elements(row.Elements), dtype=np.int64)
     n = int(row.N_atoms)
     pos = _floats(row.XYZ_Ang).reshape(-1, 3)
@@ -129,6 +232,8 @@ def _molecule(row) -> Data:
     if len(z) != n or pos.shape[0] != n or charges.shape[0] != n:
         raise ValueError(f"qm9pack row {row.XYZ_file}: {n} atoms but {len(z)} elements, {pos.shape[0]} "
                          f"positions, {charges.shape[0]} charges")
+    index = int(row.Index)
+    name = f"gdb_{index}"
     types = _TYPE_NP[z]
     y = np.empty(19)
     y[:12] = [float(getattr(row, col)) * factor for col, factor in _COLUMNS]
@@ -137,17 +242,18 @@ def _molecule(row) -> Data:
     x = np.zeros((n, 11), dtype=np.float32)
     x[np.arange(n), types] = 1.0
     x[:, 5] = z
-    x[:, 10] = _num_hs(z, pos)
-    index = int(row.Index)
+    mol = _bonded_molecule(Chem, str(row.SMILES), z, pos, name)
+    edge_index, edge_attr, smiles = _bonds_and_features(Chem, mol, x, name)
     return Data(x=torch.from_numpy(x), z=torch.from_numpy(z), pos=torch.from_numpy(pos.astype(np.float32)),
+                edge_index=torch.from_numpy(edge_index), edge_attr=torch.from_numpy(edge_attr),
                 y=torch.from_numpy(y.astype(np.float32)).unsqueeze(0),
-                charges=torch.from_numpy(charges.astype(np.float32)), idx=index - 1, name=f"gdb_{index}")
+                charges=torch.from_numpy(charges.astype(np.float32)), idx=index - 1, name=name, smiles=smiles)
 
 
 def _read_rows(folder: str, max_molecules: Optional[int]):
     import pandas as pd
 
-    cols = ["XYZ_file", "Index", "N_atoms", "Elements", "XYZ_Ang", "Mulliken_pop", *_ROT,
+    cols = ["XYZ_file", "Index", "SMILES", "N_atoms", "Elements", "XYZ_Ang", "Mulliken_pop", *_ROT,
             *[c for c, _ in _COLUMNS]]
     left = max_molecules
     for part in _PARTS:
@@ -170,13 +276,13 @@ class QM9(InMemoryDataset):
         force_reload: rebuild the processed file.
 
     Raises:
-        ImportError: ``qm9pack`` is not installed (``pip install pyg-lie[qm9]``)
-            and no processed file is present.
+        ImportError: ``qm9pack`` or RDKit is not installed (``pip install pyg-lie[qm9]``)
+            and no usable processed file is present.
 
     Example::
 
         from pyg_lie.datasets import QM9, QM9Transform
-        ds = QM9("data/qm9", transform=QM9Transform("homo"))  # first call: about a minute
+        ds = QM9("data/qm9", transform=QM9Transform("homo"))  # first call: a few minutes
     """
 
     #: molecules in the full set
@@ -193,13 +299,14 @@ class QM9(InMemoryDataset):
         self.max_molecules = max_molecules
         super().__init__(str(root), transform, pre_transform, pre_filter, force_reload=force_reload)
         problem = self._check_processed()
-        if problem is not None:
+        if problem is not None:  # the old file stays until process() replaces it (temp file + rename)
             warnings.warn(f"QM9: processed file {self.processed_paths[0]} is unusable ({problem}); rebuilding it",
                           RuntimeWarning, stacklevel=2)
-            for p in self.processed_paths:
-                if osp.exists(p):
-                    os.remove(p)
-            self.process()
+            try:
+                self.process()
+            except ImportError as e:
+                raise ImportError(f"QM9: processed file {self.processed_paths[0]} is unusable ({problem}) and "
+                                  f"cannot be rebuilt ({e}); it is left as it is") from e
             problem = self._check_processed()
             if problem is not None:  # pragma: no cover - a fresh build is always valid
                 raise RuntimeError(f"QM9: rebuilt processed file is unusable: {problem}")
@@ -230,11 +337,12 @@ class QM9(InMemoryDataset):
         from tqdm import tqdm
 
         folder = qm9pack_data_dir()
+        Chem = _rdkit()
         total = self.FULL_SIZE if self.max_molecules is None else min(self.max_molecules, self.FULL_SIZE)
         data_list = []
         for row in tqdm(_read_rows(folder, self.max_molecules), total=total, desc="QM9 (qm9pack)",
                         unit="mol", mininterval=1.0):
-            data = _molecule(row)
+            data = _molecule(row, Chem)
             if self.pre_filter is not None and not self.pre_filter(data):
                 continue
             if self.pre_transform is not None:
@@ -247,27 +355,30 @@ class QM9(InMemoryDataset):
         os.replace(tmp, path)
         meta = {"format": _FORMAT, "num_molecules": len(data_list), "bytes": os.path.getsize(path),
                 "max_molecules": self.max_molecules, "filtered": self.pre_filter is not None,
-                "pre_transform": repr(self.pre_transform)}
+                "pre_transform": _repr(self.pre_transform), "pre_filter": _repr(self.pre_filter)}
         with open(meta_path + ".tmp", "w") as f:
             json.dump(meta, f)
         os.replace(meta_path + ".tmp", meta_path)
 
     # -- validation ----------------------------------------------------------------------------
     def _expected_count(self, meta: Dict) -> Optional[int]:
-        if self.pre_filter is not None or meta.get("filtered"):
-            return None  # a filter decides the count; the metadata's number is checked instead
+        if meta.get("filtered"):
+            return None  # a filter decided the count; the metadata's number is checked instead
         return self.FULL_SIZE if self.max_molecules is None else min(self.max_molecules, self.FULL_SIZE)
 
     def _check_processed(self) -> Optional[str]:
-        """``None`` if the processed file is complete, else what is wrong with it (and it is not loaded)."""
+        """``None`` if the processed file is complete, else what is wrong with it (and it is not loaded).
+
+        A file built with another ``pre_transform`` / ``pre_filter`` than the ones passed now is
+        kept as built, with a warning (PyG's convention; ``force_reload=True`` rebuilds it)."""
         path, meta_path = self.processed_paths
         try:
             with open(meta_path) as f:
                 meta = json.load(f)
         except (OSError, ValueError) as e:
             return f"metadata unreadable: {e}"
-        if meta.get("format") != _FORMAT:
-            return f"format {meta.get('format')} != {_FORMAT}"
+        if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+            return f"format {meta.get('format') if isinstance(meta, dict) else meta!r} != {_FORMAT}"
         size = os.path.getsize(path) if osp.exists(path) else -1
         if size != meta.get("bytes"):
             return f"{size} bytes on disk, {meta.get('bytes')} written (truncated or replaced)"
@@ -276,12 +387,17 @@ class QM9(InMemoryDataset):
         except Exception as e:  # a damaged zip / pickle raises many kinds of errors
             return f"cannot be loaded: {type(e).__name__}: {e}"
         keys = set(self._data.keys())
-        if self.pre_transform is None and keys != _KEYS:
+        if meta.get("pre_transform") == "None" and keys != _KEYS:
             return f"keys {sorted(keys)} != {sorted(_KEYS)}"
         n = len(self)
         expected = self._expected_count(meta)
         if n != meta.get("num_molecules") or (expected is not None and n != expected):
             return f"{n} molecules, expected {expected if expected is not None else meta.get('num_molecules')}"
+        for arg, value in (("pre_transform", self.pre_transform), ("pre_filter", self.pre_filter)):
+            if meta.get(arg) != _repr(value):
+                warnings.warn(f"QM9: {path} was built with {arg}={meta.get(arg)} and is kept as it is, "
+                              f"although {arg}={_repr(value)} was passed now; pass force_reload=True to "
+                              "rebuild it", UserWarning, stacklevel=3)
         return None
 
     def atomref(self, target: int) -> Optional[torch.Tensor]:

@@ -57,6 +57,13 @@ def test_offline_pipeline_end_to_end(tmp_path):
     assert d.x.shape == (raw[3]["z"].numel(), 15) and d.y.shape == (1, 1)
     torch.testing.assert_close(d.y, raw[3]["y"][:, 4:5] * 1000)
     torch.testing.assert_close(d.pos, raw[3]["pos"])
+    # with RDKit installed PyG reads the SDF / CSV copy of the same molecules
+    assert os.path.isfile(os.path.join(root, "raw", "gdb9.sdf"))
+    plain = QM9(root)
+    for i in (0, 3, 29):
+        assert torch.equal(plain[i].edge_index, raw[i]["edge_index"]) and torch.equal(plain[i].z, raw[i]["z"])
+        assert plain[i].name == raw[i]["name"] and int(plain[i].idx) == raw[i]["idx"]
+    torch.testing.assert_close(plain._data.y, torch.cat([r["y"] for r in raw]))
 
     pytest.importorskip("pyg_lie.models.lie_transformer")
     from pyg_lie.cli import build_parser

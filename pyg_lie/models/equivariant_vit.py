@@ -40,6 +40,14 @@ SQUARE_GROUPS = ("C1", "C2", "C4", "D1", "D2", "D4")
 HEX_GROUPS = ("C1", "C2", "C3", "C6", "D1", "D2", "D3", "D6")
 
 
+def drop_path_rate(name: str, value) -> float:
+    """``value`` as a float in ``[0, 1]`` (1: the residual branches are always dropped)."""
+    v = checks._float(value)
+    if not 0.0 <= v <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+    return v
+
+
 class EquivariantViTBlock(nn.Module):
     """Pre-norm transformer block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))`` with
     ``mlp = Linear(V -> C(X)) o FourierNonlinearity o Linear(C(X) -> V)``."""
@@ -54,12 +62,17 @@ class EquivariantViTBlock(nn.Module):
         self.act = FourierNonlinearity(gset, activation)
         self.mlp_in = EquivariantLinear(V, self.act.field_type)
         self.mlp_out = EquivariantLinear(self.act.field_type, V)
-        self.drop_path = drop_path
+        self.drop_path = drop_path_rate("drop_path", drop_path)
 
     def _dp(self, y: Tensor, batch: int) -> Tensor:
+        """Stochastic depth: the branch of every image dropped with probability ``drop_path``,
+        kept ones scaled by ``1 / (1 - drop_path)``; ``drop_path = 1`` drops every branch (no
+        ``0 / 0``)."""
         if not self.training or self.drop_path == 0.0:
             return y
         keep = 1.0 - self.drop_path
+        if keep <= 0.0:
+            return torch.zeros_like(y)
         mask = torch.rand(batch, 1, 1, device=y.device, dtype=y.dtype) < keep
         return (y.view(batch, -1, y.shape[-1]) * mask / keep).view_as(y)
 
@@ -129,8 +142,22 @@ class EquivariantViT(nn.Module):
             raise ValueError(f"group: {G.name} is not supported on grid={grid!r}; choose one of {allowed}"
                              + (" or use grid='hex'" if grid == "square" and G.name in HEX_GROUPS else "")
                              + (" or use grid='square'" if grid != "square" and G.name in SQUARE_GROUPS else ""))
-        if depth < 0 or channels < 1 or heads < 1:
-            raise ValueError("depth must be >= 0, channels and heads >= 1")
+        img_size = checks.positive_int("img_size", img_size)
+        patch_size = checks.positive_int("patch_size", patch_size)
+        if in_channels is not None:
+            in_channels = checks.positive_int("in_channels", in_channels)
+        num_classes = checks.positive_int("num_classes", num_classes)
+        depth = checks.nonnegative_int("depth", depth)
+        heads = checks.positive_int("heads", heads)
+        channels = checks.positive_int("channels", channels)
+        mlp_ratio = checks.positive_float("mlp_ratio", mlp_ratio)
+        patches_side = checks.positive_int("patches_side", patches_side)
+        attn_radius = checks.optional_length("attn_radius", attn_radius, "the complete patch graph")
+        attn_dropout = checks.probability("attn_dropout", attn_dropout)
+        drop_path = drop_path_rate("drop_path", drop_path)
+        head_dropout = checks.probability("head_dropout", head_dropout)
+        if attention not in ("coupled", "irrepwise"):
+            raise ValueError(f"attention must be 'coupled' or 'irrepwise', got {attention!r}")
         self.group = G
         self.in_type = in_type
         pixel_type = None

@@ -67,9 +67,10 @@ from torch import Tensor, nn
 from torch_geometric.utils import scatter, softmax
 
 from .._batch import num_graphs as count_graphs
+from .. import _checks
 from .._checks import positive_int
 from ..groups import LieGroup, get_group
-from ..groups.base import _is_compiling
+from ..groups.base import CHART_MODES, _is_compiling
 from ..neighbors import (AUTO_EMBEDDING_MIN, AUTO_EMBEDDING_MIN_OTHER, GRAPH_METHODS, complete_graph,  # noqa: F401
                          log_knn_graph, log_radius_graph)
 from ..neighbors import _sorted_batch
@@ -128,10 +129,15 @@ class _TokenTransformer(nn.Module):
             positive_int(name, v)
         if hidden_channels % heads:
             raise ValueError(f"hidden_channels ({hidden_channels}) must be divisible by heads ({heads})")
-        if in_channels < 0:
-            raise ValueError(f"in_channels must be >= 0 (0: no node feature), got {in_channels}")
-        if k is not None and (not isinstance(k, int) or k < 1):
-            raise ValueError(f"k must be None (complete graph) or a positive int, got {k!r}")
+        in_channels = _checks.nonnegative_int("in_channels (0: no node feature)", in_channels)
+        if k is not None:
+            try:
+                k = positive_int("k", k)
+            except ValueError:
+                raise ValueError(f"k must be None (complete graph) or a positive int, got {k!r}") from None
+        dropout = _checks.probability("dropout", dropout)
+        if chart not in CHART_MODES:
+            raise ValueError(f"chart must be one of {CHART_MODES}, got {chart!r}")
         self.hidden_channels, self.num_layers, self.heads = hidden_channels, num_layers, heads
         self.in_channels, self.dropout, self.chart, self.k = in_channels, dropout, chart, k
         H = hidden_channels
@@ -205,6 +211,9 @@ class _TokenTransformer(nn.Module):
         if batch is None:
             batch = torch.zeros(N, dtype=torch.long, device=g.device)
         batch = _sorted_batch(batch, N)
+        if num_graphs is not None:  # the number of pooled predictions: every id of batch below it
+            num_graphs = _checks.nonnegative_int("num_graphs", num_graphs)
+            _checks.batch_vector(batch, N, num_graphs=num_graphs)
         B = num_graphs if num_graphs is not None else count_graphs(batch)
         if edge_index is None:
             edge_index = (complete_graph(batch) if self.k is None

@@ -67,12 +67,15 @@ def complete_graph(batch: int, nodes: int, device=None) -> Tensor:
     """Edges ``j -> i`` between all tokens (incl. self loops) of each of ``batch`` images of
     ``nodes`` tokens, sorted by ``(i, j)``: :func:`pyg_lie.neighbors.complete_graph` of the
     images' token batch vector."""
+    batch, nodes = _checks.nonnegative_int("batch", batch), _checks.nonnegative_int("nodes", nodes)
     return _complete_graph(torch.arange(batch, device=device).repeat_interleave(nodes))
 
 
 def radius_patch_graph(positions: Tensor, radius: float, batch: int, with_cls: bool = True) -> Tensor:
     """Edges between patches with centre distance ``<= radius`` (G-invariant); the class
     token (node 0 of each image when ``with_cls``) is connected to and from everything."""
+    radius = _checks.nonnegative_float("radius", radius)
+    batch = _checks.nonnegative_int("batch", batch)
     Np = positions.shape[0]
     d = torch.cdist(positions.double(), positions.double())
     adj = d <= radius + 1e-9
@@ -116,6 +119,11 @@ class EquivariantSelfAttention(MessagePassing):
         V = field_type
         if normalization not in ("softmax", "constant", "mean"):
             raise ValueError(f"normalization must be 'softmax' or 'constant' (alias 'mean'), got {normalization!r}")
+        if not isinstance(field_type, FieldType):
+            raise ValueError(f"field_type must be a FieldType, got {type(field_type).__name__}")
+        dropout = _checks.probability("dropout", dropout)
+        if head_ids is None:
+            heads = _checks.positive_int("heads", heads)
         self.field_type, self.attention, self.dropout, self.normalization = V, attention, dropout, normalization
         if head_ids is None:
             head_ids = head_assignment(V, heads, attention, irrep_heads)

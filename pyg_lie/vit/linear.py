@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .. import _checks
 from .field_type import FieldType
 
 __all__ = ["EquivariantLinear"]
@@ -34,6 +35,9 @@ class EquivariantLinear(nn.Module):
     """
 
     def __init__(self, in_type: FieldType, out_type: FieldType, bias: bool = True):
+        if not isinstance(in_type, FieldType) or not isinstance(out_type, FieldType):
+            raise ValueError(f"in_type and out_type must be FieldTypes, got {type(in_type).__name__} and "
+                             f"{type(out_type).__name__}")
         super().__init__()
         if in_type.group != out_type.group:
             raise ValueError(f"out_type: group {out_type.group.name} differs from in_type's {in_type.group.name}")
@@ -146,6 +150,7 @@ class EquivariantRMSNorm(nn.Module):
 
     def __init__(self, field_type: FieldType, eps: float = 1e-6, affine: bool = True):
         super().__init__()
+        eps = _checks.positive_float("eps", eps)
         self.field_type, self.eps = field_type, eps
         idx = []
         ch = 0

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .. import _checks
 from ..groups.finite import FiniteO2Group, o2_group
 from ..groups.finite_reps import GSet, intertwiners
 from .field_type import FieldType
@@ -139,6 +140,8 @@ class SquareGrid(_Grid):
 
     def __init__(self, group: Union[str, FiniteO2Group], img_size: int, patch_size: int):
         group = o2_group(group)
+        img_size = _checks.positive_int("img_size", img_size)
+        patch_size = _checks.positive_int("patch_size", patch_size)
         if 4 % group.n != 0:
             raise ValueError(f"group: {group.name} is not a subgroup of D4; on grid='square' use one of "
                              "C1, C2, C4, D1, D2, D4 (or grid='hex' for C3, C6, D3, D6)")
@@ -178,6 +181,9 @@ class HexGrid(_Grid):
 
     def __init__(self, group: Union[str, FiniteO2Group], img_size: int, patch_side: int, patches_side: int = 3):
         group = o2_group(group)
+        img_size = _checks.positive_int("img_size", img_size)
+        patch_side = _checks.positive_int("patch_size", patch_side)
+        patches_side = _checks.positive_int("patches_side", patches_side)
         if 6 % group.n != 0:
             raise ValueError(f"group: {group.name} is not a subgroup of D6; on grid='hex' use one of "
                              "C1, C2, C3, C6, D1, D2, D3, D6 (or grid='square' for C4, D4)")
@@ -284,6 +290,7 @@ class EquivariantPatchEmbed(nn.Module):
     def __init__(self, grid: _Grid, in_channels: int, out_type: FieldType, bias: bool = True,
                  blockwise: bool = True, pixel_type: Optional[FieldType] = None):
         super().__init__()
+        in_channels = _checks.positive_int("in_channels", in_channels)
         if pixel_type is not None:
             if pixel_type.dim != in_channels:
                 raise ValueError(f"in_channels: must equal pixel_type.dim = {pixel_type.dim}, got {in_channels}")

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from .field_type import FieldType
+from .. import _checks
 from ..groups.finite_reps import invariant_subspace
 
 __all__ = ["InvariantPositionalEncoding", "invariant_position_basis"]
@@ -60,6 +61,7 @@ class InvariantPositionalEncoding(nn.Module):
 
     def __init__(self, patch_perms: np.ndarray, field_type: FieldType, init_std: float = 0.02):
         super().__init__()
+        init_std = _checks.nonnegative_float("init_std", init_std)
         self.field_type, self.init_std = field_type, init_std
         self.num_patches = patch_perms.shape[1]
         basis = invariant_position_basis(np.asarray(patch_perms), field_type)

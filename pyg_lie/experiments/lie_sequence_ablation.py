@@ -24,7 +24,9 @@ the initial plateau), the ratio G / C of the mean pose errors (for ``init-*`` ag
 C's base runs, which those factors do not change), and two numbers of the
 freshly initialised model's first attention layer (:func:`initial_attention`): the weight
 a token gives itself and the order signal, how much its output says about where the token
-sits in the sequence. Example::
+sits in the sequence. Its ``runs`` field holds every run's seed, pose error and final loss, so
+``--from-results`` rebuilds the file from a clone (result files written before that field
+existed are rebuilt only by training). Example::
 
     pyg-lie train lie-sequence-ablation --group SO3 --seeds 0 1 --steps 1000
 """
@@ -66,6 +68,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--collect-only", action="store_true",
                         help="only read runs cached under --out (runs of the grid trained by other calls, "
                              "for example one process per factor); missing ones are left out")
+    parser.add_argument("--from-results", metavar="FILE", default=None,
+                        help="rebuild the grid from the per-seed runs stored in an ablation result file "
+                             "(results/lie-sequence-ablation/GROUP.json) written with the same options; "
+                             "trains nothing")
     parser.add_argument("--no-progress", action="store_true")
     from .results import add_result_arguments
     add_result_arguments(parser, "GROUP, e.g. SO3")
@@ -131,6 +137,49 @@ def run_grid(args) -> Dict[str, Dict[str, List[dict]]]:
                       flush=True)
                 grid.setdefault(factor, {}).setdefault(score, []).append(run)
     return grid
+
+
+#: options of an ablation result file that must equal the command's for --from-results
+_GRID_OPTIONS = ("group", "steps", "long_factor", "init_scales", "data_scale", "train_size", "test_size", "batch_size")
+
+
+def grid_from_result(args) -> Dict[str, Dict[str, List[dict]]]:
+    """``{factor: {score: [run, ...]}}`` of the factors, models and seeds asked for, from the
+    ``runs`` field of the result file ``args.from_results``."""
+    path = args.from_results
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"--from-results: cannot read {path!r} as a result file ({err})") from None
+    stored = record.get("runs")
+    if record.get("experiment") != "lie-sequence-ablation" or not isinstance(stored, dict):
+        raise ValueError(f"--from-results: {path!r} holds no per-seed ablation runs (files written before the "
+                         f"'runs' field existed are rebuilt by training: the same command without "
+                         f"--from-results)")
+    config = record.get("config") or {}
+    differ = [k for k in _GRID_OPTIONS if config.get(k) != getattr(args, k)]
+    if differ:
+        raise ValueError(f"--from-results: {path!r} was written with other options: "
+                         + ", ".join(f"--{k.replace('_', '-')} {config.get(k)}" for k in differ))
+    grid: Dict[str, Dict[str, List[dict]]] = {}
+    for factor in args.factors:
+        for score in args.scores:
+            if not _applies(factor, score):
+                continue
+            by_seed = {r["seed"]: r for r in stored.get(factor, {}).get(MODEL_LETTER[score], [])}
+            missing = [s for s in args.seeds if s not in by_seed]
+            if missing:
+                raise ValueError(f"--from-results: {path!r} has no run of factor {factor}, model "
+                                 f"{MODEL_LETTER[score]}, seed(s) {missing}")
+            grid.setdefault(factor, {})[score] = [by_seed[s] for s in args.seeds]
+    return grid
+
+
+def stored_runs(grid) -> Dict[str, Dict[str, List[dict]]]:
+    """The ``runs`` field of the result file: seed, pose error and final loss of every run."""
+    return {factor: {MODEL_LETTER[score]: [{k: r[k] for k in ("seed", "pose_error", "final_loss")} for r in runs]
+                     for score, runs in by_score.items()} for factor, by_score in grid.items()}
 
 
 @torch.no_grad()
@@ -234,7 +283,9 @@ def main(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     t0 = time.time()
-    grid = run_grid(args)
+    from_results = getattr(args, "from_results", None)
+    grid = grid_from_result(args) if from_results else run_grid(args)
+    os.makedirs(args.out, exist_ok=True)  # the plot's folder (no run cache is read with --from-results)
     if not grid:
         print(f"no runs under {os.path.join(args.out, args.group)}; run without --collect-only")
         return 1
@@ -257,8 +308,9 @@ def main(args: argparse.Namespace) -> int:
                        f"{len(args.seeds)} seed(s) (the paper states no budget)"]
                       + [levels[f] for f in grid if f in levels]
                       + (["read from the cached runs of earlier calls with the same options (--collect-only)"]
-                         if getattr(args, "collect_only", False) else []))
+                         if getattr(args, "collect_only", False) and not from_results else [])
+                      + ([f"rebuilt from the runs stored in {from_results} (--from-results)"] if from_results else []))
     record_run(args, "lie-sequence-ablation", args.group, ["train", "lie-sequence-ablation"], metrics=metrics,
                paper=paper_ratio(args.group), setting=notes, wall_time_s=time.time() - t0,
-               seed=list(args.seeds), plots=[path])
+               seed=list(args.seeds), plots=[path], extra={"runs": stored_runs(grid)})
     return 0

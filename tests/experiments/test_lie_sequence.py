@@ -145,3 +145,36 @@ def test_ablation_cli_writes_the_grid(tmp_path):
                  "--steps", "3", "--train-size", "16", "--test-size", "8", "--batch-size", "4",
                  "--out", str(tmp_path / "abl"), "--no-progress", "--results-dir", str(res)]) == 0
     assert load_result(res, "lie-sequence-ablation", "SE2")["metrics"]["base.G.pose_error"] == m["base.G.pose_error"]
+
+
+def test_ablation_result_rebuilds_from_its_stored_runs(tmp_path, capsys):
+    """--from-results: the result file's per-seed runs give the same file without training (from a
+    clone, where the runs/ cache is absent); old files without runs and other options are refused."""
+    import json
+
+    from pyg_lie.experiments.results import load_result
+    opts = ["--group", "SE2", "--factors", "base", "init-low", "--seeds", "0", "1", "--steps", "3",
+            "--train-size", "16", "--test-size", "8", "--batch-size", "4", "--no-progress"]
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert main(["train", "lie-sequence-ablation", *opts, "--out", str(tmp_path / "abl"),
+                 "--results-dir", str(first)]) == 0
+    rec = load_result(first, "lie-sequence-ablation", "SE2")
+    assert sorted(rec["runs"]) == ["base", "init-low"] and sorted(rec["runs"]["base"]) == ["C", "G"]
+    assert [r["seed"] for r in rec["runs"]["init-low"]["G"]] == [0, 1]
+    stored = str(first / "lie-sequence-ablation" / "SE2.json")
+    assert main(["train", "lie-sequence-ablation", *opts, "--out", str(tmp_path / "empty"),
+                 "--from-results", stored, "--results-dir", str(second)]) == 0
+    again = load_result(second, "lie-sequence-ablation", "SE2")
+    assert again["metrics"] == rec["metrics"] and again["runs"] == rec["runs"] and again["paper"] == rec["paper"]
+    assert "(--from-results)" in again["setting"]
+    assert not (tmp_path / "empty" / "SE2").exists() or not any((tmp_path / "empty" / "SE2").iterdir())
+    # refused: another budget, a seed the file lacks, a file without runs
+    old = dict(rec)
+    old.pop("runs")
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    for extra, message in [(["--from-results", stored, "--steps", "4"], "--steps 3"),
+                           (["--from-results", stored, "--seeds", "0", "2"], "seed(s) [2]"),
+                           (["--from-results", str(tmp_path / "old.json")], "holds no per-seed ablation runs")]:
+        assert main(["train", "lie-sequence-ablation", *opts, "--out", str(tmp_path / "empty"), *extra,
+                     "--results-dir", str(second)]) == 2
+        assert message in capsys.readouterr().err

@@ -21,7 +21,18 @@ A mask that is the same on every edge of a target is a constant log-bias, which 
 ignores: only the *relative* mask values matter. So an explainer whose loss is at its minimum
 for the unmasked model (GNNExplainer in ``"regression"`` mode against the model's own
 prediction, with its near-uniform initial mask) gets no gradient from the model; use a
-classification mode or a phenomenon target with softmax attention.
+classification mode or a phenomenon target with softmax attention. For the same reason an
+edge that is its target's only incoming edge always has weight 1, whatever its mask value:
+its importance is 0 (removing it and keeping it differ, but no soft mask value in between
+changes the output).
+
+Every attention layer therefore has an ``explain_mode`` (constructor argument and attribute):
+
+* ``"score"`` (default): the mask acts on the scores as above (0/1 mask == edge removal);
+* ``"message"``: PyG's default, the mask multiplies each message *after* the normalisation,
+  ``out_i = sum_j m_ij w_ij v_j``, so every edge, a lone incoming one included, gets a
+  gradient; a 0/1 mask then no longer equals removing the edges (the remaining weights of a
+  target are not renormalised).
 """
 from __future__ import annotations
 
@@ -31,7 +42,20 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import scatter
 
-__all__ = ["explain_mask", "masked_edge_attention"]
+__all__ = ["EXPLAIN_MODES", "check_explain_mode", "explain_mask", "explain_message", "masked_edge_attention",
+           "score_mask"]
+
+#: where an explainer's edge mask acts: on the scores (before the normalisation) or on the messages
+EXPLAIN_MODES = ("score", "message")
+
+
+def check_explain_mode(value) -> str:
+    """``value`` if it is one of :data:`EXPLAIN_MODES`, else a ``ValueError`` naming ``explain_mode``."""
+    if not isinstance(value, str) or value not in EXPLAIN_MODES:
+        raise ValueError(f"explain_mode must be one of {EXPLAIN_MODES} ('score': the explainer's edge mask is a "
+                         f"log-bias on the attention scores, a 0/1 mask equals removing the edges; 'message': it "
+                         f"multiplies the messages after the softmax, PyG's default), got {value!r}")
+    return value
 
 
 def explain_mask(module, num_edges: int) -> Optional[Tensor]:
@@ -47,6 +71,27 @@ def explain_mask(module, num_edges: int) -> Optional[Tensor]:
         raise ValueError(f"the explainer's edge mask must have one entry per edge of edge_index ({num_edges}), "
                          f"got shape {tuple(mask.shape)}")
     return mask.sigmoid() if getattr(module, "_apply_sigmoid", True) else mask
+
+
+def score_mask(module, num_edges: int) -> Optional[Tensor]:
+    """The edge mask ``(E,)`` that acts on the scores of ``module``: :func:`explain_mask` in
+    ``explain_mode="score"``; ``None`` when the layer is not being explained or in
+    ``"message"`` mode (the mask is checked all the same; the layer's :func:`explain_message`
+    then applies it)."""
+    mask = explain_mask(module, num_edges)
+    if mask is None or check_explain_mode(getattr(module, "explain_mode", "score")) == "message":
+        return None
+    return mask
+
+
+def explain_message(module, inputs: Tensor, dim_size: Optional[int]) -> Tensor:
+    """The messages ``inputs (E, ...)`` under an explainer: unchanged in ``"score"`` mode (the mask
+    already acted on the scores), multiplied by the mask in ``"message"`` mode (PyG's
+    :meth:`~torch_geometric.nn.conv.MessagePassing.explain_message`)."""
+    if getattr(module, "explain_mode", "score") == "message":
+        from torch_geometric.nn import MessagePassing
+        return MessagePassing.explain_message(module, inputs, dim_size)
+    return inputs
 
 
 def masked_edge_attention(score: Tensor, index: Tensor, num_nodes: int, mask: Tensor,

@@ -62,6 +62,11 @@ class CSRStructure:
         checked: True for structures of :meth:`build`; a structure made directly has its
             indices and pointer checked once when made (``ValueError`` if ``row`` or ``col``
             leave ``[0, num_nodes)`` or ``crow`` is not a pointer of the edges).
+        num_sources: for a bipartite graph (PyG's ``size=(N_src, N_dst)``), the number of
+            sources ``N_src``: ``col`` indexes ``N_src`` source nodes while ``row``, ``crow``
+            and ``num_nodes`` are the ``N_dst`` targets; the transposed pattern then has
+            ``N_src`` rows. ``None`` (default): sources and targets are the same ``N`` nodes.
+            A bipartite structure is never ``complete``.
     """
 
     perm: "Tensor | None"
@@ -76,13 +81,22 @@ class CSRStructure:
     col_t: "Tensor | None" = None
     iperm_t: "Tensor | None" = None
     checked: bool = field(default=False, repr=False, compare=False)
+    num_sources: Optional[int] = None
+
+    @property
+    def num_src(self) -> int:
+        """The number of source nodes (``num_nodes`` unless the structure is bipartite)."""
+        return self.num_nodes if self.num_sources is None else self.num_sources
 
     def __post_init__(self) -> None:
         if self.checked or _is_compiling():
             return
         E = self.col.numel()
+        if self.num_sources is not None:
+            self.num_sources = checks.nonnegative_int("num_sources", self.num_sources)
+            self.complete = False
         self.row = checks.index_tensor("row", self.row, self.num_nodes)
-        self.col = checks.index_tensor("col", self.col, self.num_nodes)
+        self.col = checks.index_tensor("col", self.col, self.num_src)
         self.crow = checks.pointer("crow (the CSR row pointer)", self.crow, E, self.num_nodes)
         if self.row.shape != (E,) or self.col.shape != (E,) or (self.perm is not None and self.perm.shape != (E,)):
             raise ValueError(f"row, col and perm must have one entry per edge ({E})")
@@ -90,22 +104,29 @@ class CSRStructure:
             self.perm = checks.index_tensor("perm", self.perm, E, "edge")
         self.checked = True
 
-    def check(self, num_nodes: int, num_edges: int) -> None:
-        """``ValueError`` naming ``csr`` unless this structure has ``num_nodes`` nodes and
-        ``num_edges`` edges (O(1): for a structure passed along with ``edge_index``; left out
-        under ``torch.compile``, where sizes are symbols)."""
+    def check(self, num_nodes: int, num_edges: int, num_sources: Optional[int] = None) -> None:
+        """``ValueError`` naming ``csr`` unless this structure has ``num_nodes`` nodes (targets)
+        and ``num_edges`` edges, and with ``num_sources`` that many sources (O(1): for a
+        structure passed along with ``edge_index``; left out under ``torch.compile``, where
+        sizes are symbols)."""
         if _is_compiling():
             return
         if self.num_nodes != num_nodes or self.col.numel() != num_edges:
             raise ValueError(f"csr: the CSRStructure has {self.num_nodes} nodes and {self.col.numel()} edges but "
                              f"the input {num_nodes} nodes and {num_edges} edges; pass "
                              f"csr=CSRStructure.build(edge_index, num_nodes) of these edges")
+        if num_sources is not None and self.num_src != num_sources:
+            raise ValueError(f"csr: the CSRStructure has {self.num_src} sources but the input {num_sources}; pass "
+                             f"csr=CSRStructure.build(edge_index, num_dst, num_sources=num_src) of these edges")
 
     @classmethod
-    def build(cls, edge_index: Tensor, num_nodes: int, transpose: bool = False) -> "CSRStructure":
+    def build(cls, edge_index: Tensor, num_nodes: int, transpose: bool = False,
+              num_sources: Optional[int] = None) -> "CSRStructure":
         """Sort ``edge_index (2, E)`` by target; ``transpose=True`` also builds the transposed
         pattern that gradients need (unless the structure is complete), so that blocks
-        compiled on their own do not rebuild it on every call.
+        compiled on their own do not rebuild it on every call. For a bipartite graph pass the
+        ``num_nodes = N_dst`` targets and the ``num_sources = N_src`` sources (PyG's
+        ``size=(N_src, N_dst)``); ``None`` or ``num_sources == num_nodes`` is the square case.
 
         ``edge_index`` may be any integer tensor (it is read as int64; PyG's ``EdgeIndex`` is
         copied into a plain tensor). ``ValueError`` naming ``edge_index`` if an index lies
@@ -117,6 +138,8 @@ class CSRStructure:
             num_nodes = checks.nonnegative_int("num_nodes", num_nodes)
         checks.edge_index(edge_index)
         edge_index = checks.plain_index("edge_index", edge_index)
+        if num_sources is not None and num_sources != num_nodes:
+            return cls._build_bipartite(edge_index, num_nodes, num_sources, transpose, compiling)
         src, dst = edge_index[0], edge_index[1]
         # edges sorted and in range: one pass (degree and complete depend on the data: not traced)
         scanned = None if compiling else _graph.csr_scan(src, dst, num_nodes)
@@ -137,6 +160,30 @@ class CSRStructure:
             out.parts(True)
         return out
 
+    @classmethod
+    def _build_bipartite(cls, edge_index: Tensor, num_dst: int, num_src: int, transpose: bool,
+                         compiling: bool) -> "CSRStructure":
+        """:meth:`build` of edges from ``num_src`` sources to ``num_dst`` targets."""
+        if not compiling:
+            num_src = checks.nonnegative_int("num_sources", num_src)
+            checks.index_range("edge_index[0]", edge_index[0], num_src, "source")
+            checks.index_range("edge_index[1]", edge_index[1], num_dst, "target")
+        src, dst = edge_index[0], edge_index[1]
+        key = dst * num_src + src  # int64: no overflow for sizes < 2^31
+        perm = None
+        if compiling or (key.numel() > 1 and bool((key[1:] < key[:-1]).any())):
+            perm = argsort_keys(key)[1]
+            src, dst = src.index_select(0, perm), dst.index_select(0, perm)
+        crow = _row_pointer(dst, num_dst)
+        degree = 0
+        if not compiling and num_dst:
+            deg = crow[1:] - crow[:-1]
+            degree = int(deg[0]) if bool((deg == deg[0]).all()) else 0
+        out = cls(perm, dst, src, crow, num_dst, degree, checked=True, num_sources=num_src)
+        if transpose and not compiling:
+            out.parts(True)
+        return out
+
     def parts(self, transpose: bool) -> Parts:
         """The operator arguments; with ``transpose=True`` the transposed pattern's (built,
         and outside ``torch.compile`` cached, on first call)."""
@@ -144,23 +191,45 @@ class CSRStructure:
             return self.crow, self.col, None, None, None, None
         if self.perm_t is not None:
             return self.crow, self.col, self.crow_t, self.col_t, self.perm_t, self.iperm_t
-        crow_t, col_t, perm_t, iperm_t = _graph.csr_transpose(self.crow, self.col)
+        if self.num_sources is None:
+            crow_t, col_t, perm_t, iperm_t = _graph.csr_transpose(self.crow, self.col)
+        else:
+            crow_t, col_t, perm_t, iperm_t = self._bipartite_transpose()
         if not _is_compiling():
             self.perm_t, self.iperm_t, self.crow_t, self.col_t = perm_t, iperm_t, crow_t, col_t
         return self.crow, self.col, crow_t, col_t, perm_t, iperm_t
+
+
+    def _bipartite_transpose(self) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The transposed pattern of a bipartite structure (``num_src + 1`` row pointer): the
+        square transpose of the pattern padded with empty target rows up to
+        ``max(N_src, N_dst)``, its pointer cut to the sources (rows past ``N_src`` are empty)."""
+        n_src, n_dst = self.num_src, self.num_nodes
+        crow = self.crow
+        if n_src > n_dst:
+            crow = torch.cat([crow, crow[-1:].expand(n_src - n_dst)])
+        crow_t, col_t, perm_t, iperm_t = _graph.csr_transpose(crow, self.col)
+        return crow_t[:n_src + 1], col_t, perm_t, iperm_t
 
 
 def _needs_transpose(*ts: Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in ts)
 
 
-def _fits(s: CSRStructure, *ts: Tensor) -> None:
+def _fits(s: CSRStructure, *ts: Tensor, sources: bool = False) -> None:
     """``ValueError`` unless the node features ``ts`` have the structure's ``num_nodes`` rows
-    (left out under ``torch.compile``, where sizes are symbols)."""
+    (with ``sources``: its ``num_src`` rows, which differ in a bipartite structure; left out
+    under ``torch.compile``, where sizes are symbols)."""
     if _is_compiling():
         return
+    n = s.num_src if sources else s.num_nodes
     for t in ts:
-        if t.shape[0] != s.num_nodes:
+        if t.shape[0] != n:
+            if s.num_sources is not None:
+                raise ValueError(f"csr: the bipartite CSRStructure has {s.num_src} sources and {s.num_nodes} "
+                                 f"targets but the {'source' if sources else 'target'} features have "
+                                 f"{t.shape[0]} rows; pass csr=CSRStructure.build(edge_index, num_dst, "
+                                 f"num_sources=num_src) of these edges")
             raise ValueError(f"csr: the CSRStructure was built for {s.num_nodes} nodes but the features have "
                              f"{t.shape[0]}; pass csr=CSRStructure.build(edge_index, num_nodes) of these edges")
 
@@ -170,7 +239,8 @@ def sddmm(s: CSRStructure, A: Tensor, B: Tensor) -> Tensor:
     ``A, B (N, H, D)`` (sorted edge order)."""
     if A.dim() == 2:
         return sddmm(s, A.unsqueeze(1), B.unsqueeze(1))[0]
-    _fits(s, A, B)
+    _fits(s, A)
+    _fits(s, B, sources=True)
     return _sddmm_op(A, B, *s.parts(_needs_transpose(A, B)))
 
 
@@ -179,7 +249,7 @@ def spmm(s: CSRStructure, w: Tensor, V: Tensor) -> Tensor:
     ``(N, H, Dv)`` per head for ``w (H, E)``, ``V (N, H, Dv)``."""
     if w.dim() == 1:
         return spmm(s, w.unsqueeze(0), V.unsqueeze(1))[:, 0]
-    _fits(s, V)
+    _fits(s, V, sources=True)
     return _spmm_op(w, V, *s.parts(_needs_transpose(w, V)))
 
 
@@ -192,7 +262,8 @@ def csr_scores(s: CSRStructure, q: Tensor, k: Tensor) -> Tensor:
     """Dot products ``(H, E)`` (sorted edge order), ``score[h, e] = q[dst_e, h] . k[src_e, h]``
     for ``q, k (N, H, D)``."""
     N, H, D = q.shape
-    _fits(s, q, k)
+    _fits(s, q)
+    _fits(s, k, sources=True)
     if s.complete:
         n = s.degree
         qb, kb = (t.view(N // n, n, H, D).permute(2, 0, 1, 3) for t in (q, k))  # (H, B, n, D)
@@ -202,13 +273,16 @@ def csr_scores(s: CSRStructure, q: Tensor, k: Tensor) -> Tensor:
 
 def csr_aggregate(s: CSRStructure, w: Tensor, v: Tensor) -> Tensor:
     """``(N, H * Dv)`` with ``out[i, h] = sum_{e -> i} w[h, e] v[src_e, h]`` for weights
-    ``w (H, E)`` (contiguous, sorted edge order) and ``v (N, H, Dv)``."""
+    ``w (H, E)`` (contiguous, sorted edge order) and ``v (N, H, Dv)`` (bipartite: ``v`` has
+    the ``N_src`` source rows, the output the ``N_dst`` target rows)."""
     N, H, Dv = v.shape
-    _fits(s, v)
+    _fits(s, v, sources=True)
     if s.complete:
         n = s.degree
         vb = v.view(N // n, n, H, Dv).permute(2, 0, 1, 3)
         return (w.view(H, N // n, n, n) @ vb).permute(1, 2, 0, 3).reshape(N, H * Dv)
+    if s.num_sources is not None:  # bipartite: one row per target
+        return spmm(s, w, v).reshape(s.num_nodes, H * Dv)
     return spmm(s, w, v).reshape(N, H * Dv)
 
 

@@ -177,10 +177,12 @@ def csr_edge_attention(s: CSRStructure, score: Tensor, v: Tensor, normalization:
     normalisation of :func:`edge_attention` (segment reductions along the sorted edges, a
     dense one where every target has the same in-degree). The attention layers compute their
     scores in their own ways and share this step. Returns ``(out (N, H D), w (H, E))``,
-    ``w`` before dropout.
+    ``w`` before dropout. On a bipartite structure ``v`` has the ``N_src`` source rows and the
+    output the ``N_dst`` target rows.
     """
+    num_targets = v.shape[0] if s.num_sources is None else s.num_nodes
     # score.t() leads: the weights keep the (H, E) memory order the sorted normalisation reduces along
-    w = edge_attention(score.t(), s.row, v.shape[0], normalization=normalization, ptr=s.crow,
+    w = edge_attention(score.t(), s.row, num_targets, normalization=normalization, ptr=s.crow,
                        degree=s.degree, validate=False).t().contiguous()
     wd = F.dropout(w, p=dropout, training=True) if training and dropout > 0 else w
     return csr_aggregate(s, wd, v), w
@@ -198,8 +200,10 @@ def csr_softmax_attention(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: T
     :func:`pyg_lie.ops.csr_softmax_attention` (on CPU one native kernel does the SDDMM, the
     softmax and the SpMM row by row, and its backward two passes; Triton kernels on CUDA),
     except for complete clouds (all pairs within equal-size clouds), whose scores are the
-    blocks of batched matrix products, and under ``torch.compile``, where the unfused
-    operators (:func:`~._sparse_ops.csr_scores`, :func:`csr_edge_attention`) compute it.
+    blocks of batched matrix products, and under ``torch.compile`` and on bipartite structures
+    (``k, v`` with the ``N_src`` source rows, ``q`` and the output the ``N_dst`` target rows),
+    where the unfused operators (:func:`~._sparse_ops.csr_scores`, :func:`csr_edge_attention`)
+    compute it.
     """
     if not _is_compiling():  # (evaluating the sizes alone broke guards of dynamic shapes)
         s.check(q.shape[0], s.col.numel())
@@ -207,14 +211,17 @@ def csr_softmax_attention(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: T
             raise ValueError(f"the location scores must have shape (H, E) = {(q.shape[1], s.col.numel())}, one "
                              f"per head and edge of the structure, got {tuple(l.shape)} (location features of "
                              f"another length, e.g. a rel_log that is not of these edges?)")
-    if _is_compiling() or (s.complete and not ops.serves(q)):
-        # complete clouds: batched dense products; traced: the unfused operators, which trace as they are
+    if _is_compiling() or (s.complete and not ops.serves(q)) or s.num_sources is not None:
+        # complete clouds: batched dense products; traced: the unfused operators, which trace as they are;
+        # bipartite: the fused kernels take one node set
         return _unfused_csr_attention(s, q, k, v, l)
     return ops.csr_softmax_attention(s, q, k, v, l)
 
 
 def _unfused_csr_attention(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: Tensor) -> Tuple[Tensor, Tensor]:
     out, w = csr_edge_attention(s, csr_scores(s, q, k) + l, v)
+    if s.num_sources is not None:
+        return out.view(s.num_nodes, *v.shape[1:]), w
     return out.view(v.shape), w
 
 

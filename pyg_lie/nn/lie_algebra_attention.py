@@ -54,8 +54,10 @@ from .. import _checks as checks
 from .._checks import positive_int
 from ..groups import LieGroup, get_group
 from ..groups.base import CHART_MODES, _is_compiling, chart_safe_log
+from . import _explain
+from ._bipartite import check_bipartite_edges, node_pair, same_form
 from ._edge_features import edge_score
-from ._explain import explain_mask, masked_edge_attention
+from ._explain import check_explain_mode, explain_mask, masked_edge_attention
 from ._sparse_ops import CSRStructure, csr_aggregate, to_edge_order
 from .attention_core import edge_attention
 
@@ -109,19 +111,28 @@ class LieAlgebraAttention(MessagePassing):
             As in PyG's ``TransformerConv`` they enter the score: ``s_ij^h + W_e^h e_ij``, a
             learned linear map to one scalar per head. The layer stays invariant when
             ``edge_attr`` is invariant (e.g. link types or distances).
+        explain_mode: where PyG's explainer edge mask acts: ``"score"`` (default; a log-bias on
+            the scores, so a 0/1 mask equals removing the edges) or ``"message"`` (it multiplies
+            the messages after the softmax, PyG's default; every edge gets a score, a target's
+            only incoming edge included). See :mod:`pyg_lie.nn._explain`.
 
     Shapes:
         - input: ``x (N, in_channels)`` (the invariant states ``h``), ``edge_index (2, E)``, ``g (N, m, m)``,
           optionally ``edge_attr (E, edge_dim)`` (``(E,)`` when ``edge_dim=1``), ``w (E, dim)`` precomputed by :func:`relative_log` (shared by
           all layers of a model) and ``valid (E,)``.
-        - output: ``(N, out_channels)``, and with ``return_attention_weights=True`` also
-          ``(edge_index, alpha (E, H))``.
+        - bipartite (sources and targets are different node sets, as in PyG's convolutions and
+          :func:`~torch_geometric.nn.to_hetero`): ``x = (x_src, x_dst)`` (``x_dst`` may be
+          ``None``: the values come from the sources, the score from ``w`` alone) and
+          ``g = (g_src (N_src, m, m), g_dst (N_dst, m, m))``; ``w_ij = vee log(g_dst[i]^-1 g_src[j])``.
+        - output: ``(N, out_channels)`` (bipartite: ``(N_dst, out_channels)``), and with
+          ``return_attention_weights=True`` also ``(edge_index, alpha (E, H))``.
     """
 
     def __init__(self, in_channels: int, out_channels: int, group: Union[str, LieGroup],
                  heads: int = 1, concat: bool = True, score: str = "closed_form",
                  kernel_dim: int = 32, dropout: float = 0.0, bias: bool = True,
-                 chart: str = "mask", edge_dim: Optional[int] = None, **kwargs) -> None:
+                 chart: str = "mask", edge_dim: Optional[int] = None, *, explain_mode: str = "score",
+                 **kwargs) -> None:
         kwargs.setdefault("aggr", "add")
         super().__init__(node_dim=0, **kwargs)
         for name, v in (("in_channels", in_channels), ("out_channels", out_channels),
@@ -146,6 +157,7 @@ class LieAlgebraAttention(MessagePassing):
         self.head_dim = out_channels // heads if concat else out_channels
         self.concat, self.score, self.kernel_dim = concat, score, kernel_dim
         self.dropout, self.chart = dropout, chart
+        self.explain_mode = check_explain_mode(explain_mode)
         self.edge_dim = None if edge_dim is None else positive_int("edge_dim", edge_dim)
         dim = self.group.dim
         blocks = list(self.group.blocks.values())
@@ -220,17 +232,35 @@ class LieAlgebraAttention(MessagePassing):
         return (hid * self.kernel_w2).sum(-1) + self.kernel_b2
 
     # ----------------------------------------------------------------- forward
-    def forward(self, x: Tensor, edge_index: Tensor, g: Tensor, edge_attr: Optional[Tensor] = None,
+    def forward(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]], edge_index: Tensor,
+                g: Union[Tensor, Tuple[Tensor, Tensor]], edge_attr: Optional[Tensor] = None,
                 return_attention_weights: Optional[bool] = None,
                 w: Optional[Tensor] = None, valid: Optional[Tensor] = None):
         """See the class docstring for shapes."""
-        checks.node_features("x", x, self.in_channels, self.lin_value.weight)
+        x, x_dst, bipartite = node_pair("x", x)
+        same_form("g", g, bipartite)
+        checks.node_features("x[0] (x_src)" if bipartite else "x", x, self.in_channels, self.lin_value.weight)
         given = edge_index
         checks.edge_index(edge_index)
-        # EdgeIndex / Index: a plain int64 tensor, every index a node
-        edge_index = checks.index_tensor("edge_index", edge_index, x.size(0))
-        checks.group_elements(self.group, g, x.size(0), members=w is None)
-        if w is None:
+        if bipartite:
+            g_src, g_dst = g
+            N_src, N_dst = x.size(0), (g_dst.shape[0] if isinstance(g_dst, Tensor) else 0)
+            if x_dst is not None:
+                checks.node_features("x[1] (x_dst)", x_dst, self.in_channels, self.lin_value.weight)
+                N_dst = x_dst.size(0)
+            checks.group_elements(self.group, g_src, N_src, members=w is None)
+            checks.group_elements(self.group, g_dst, N_dst, members=w is None)
+            edge_index = checks.plain_index("edge_index", edge_index)
+            check_bipartite_edges(edge_index, N_src, N_dst)
+        else:
+            N_src = N_dst = x.size(0)
+            # EdgeIndex / Index: a plain int64 tensor, every index a node
+            edge_index = checks.index_tensor("edge_index", edge_index, x.size(0))
+            checks.group_elements(self.group, g, x.size(0), members=w is None)
+        if w is None and bipartite:  # on the concatenated node set: the homogeneous layer's numbers
+            shifted = torch.stack([edge_index[0], edge_index[1] + N_src])
+            w, valid = relative_log(self.group, torch.cat([g_src, g_dst]), shifted, self.chart)
+        elif w is None:
             w, valid = relative_log(self.group, g, edge_index, self.chart)
         elif w.shape != (edge_index.shape[1], self.group.dim):
             raise ValueError(f"w must have shape (E, {self.group.dim}) = "
@@ -250,26 +280,31 @@ class LieAlgebraAttention(MessagePassing):
         hv = F.linear(x, W[:, :self.in_channels], self.lin_value.bias)
         mask = explain_mask(self, edge_index.shape[1])
         if mask is None:
-            out, alpha = self._attend_csr(edge_index, s, hv, w, valid)
-        else:  # an explainer's mask, before the normalisation; PyG message passing
-            alpha = masked_edge_attention(s, edge_index[1], x.shape[0], mask)
+            out, alpha = self._attend_csr(edge_index, s, hv, w, valid, N_dst)
+        else:  # an explainer's mask (see pyg_lie.nn._explain); PyG message passing
+            if check_explain_mode(self.explain_mode) == "score":  # before the normalisation
+                alpha = masked_edge_attention(s, edge_index[1], N_dst, mask)
+            else:  # the messages: explain_message
+                alpha = edge_attention(s, edge_index[1], N_dst)
             if valid is not None:
                 alpha = alpha * valid[:, None].to(alpha.dtype)
             alpha_drop = F.dropout(alpha, p=self.dropout, training=self.training)
-            out = self.propagate(edge_index, hv=hv, w=w, alpha=alpha_drop)  # (N, H, C)
+            out = self.propagate(edge_index, hv=hv, w=w, alpha=alpha_drop, size=(N_src, N_dst))  # (N, H, C)
         out = out.reshape(-1, self.out_channels) if self.concat else out.mean(1)
         if return_attention_weights:
             return out, (given, alpha)
         return out
 
     def _attend_csr(self, edge_index: Tensor, s: Tensor, hv: Tensor, w: Tensor,
-                    valid: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+                    valid: Optional[Tensor], num_dst: Optional[int] = None) -> Tuple[Tensor, Tensor]:
         """The attention on the engine's target-sorted edges: softmax of the scores ``s (E, H)``,
         ``sum_j alpha_ij (W_h h_j + b)`` as one sparse product, and the relative-pose part of the
         values as ``W_w (sum_j alpha_ij w_ij)`` (the sum in the algebra's ``dim`` coordinates, then
-        one map per head). Returns ``(out (N, H, C), alpha (E, H))`` in the given edge order."""
-        N, H, C = hv.shape[0], self.heads, self.head_dim
-        csr = CSRStructure.build(edge_index, N)
+        one map per head). Returns ``(out (N, H, C), alpha (E, H))`` in the given edge order. A
+        bipartite graph has ``num_dst`` targets and the ``hv.shape[0]`` sources."""
+        N_src, H, C = hv.shape[0], self.heads, self.head_dim
+        N = N_src if num_dst is None else num_dst
+        csr = CSRStructure.build(edge_index, N, num_sources=N_src)
         if csr.perm is not None:
             s, w = s.index_select(0, csr.perm), w.index_select(0, csr.perm)
             valid = None if valid is None else valid.index_select(0, csr.perm)
@@ -277,7 +312,7 @@ class LieAlgebraAttention(MessagePassing):
         if valid is not None:
             alpha = alpha * valid[:, None].to(alpha.dtype)
         alpha_drop = F.dropout(alpha, p=self.dropout, training=self.training)
-        out = csr_aggregate(csr, alpha_drop.t().contiguous(), hv.view(N, H, C)).view(N, H, C)
+        out = csr_aggregate(csr, alpha_drop.t().contiguous(), hv.view(N_src, H, C)).view(N, H, C)
         aw = alpha_drop.unsqueeze(-1) * w.unsqueeze(1)  # (E, H, dim)
         aw = torch.zeros(N, H, w.shape[-1], dtype=aw.dtype, device=aw.device).index_add_(0, csr.row, aw)
         W_w = self.lin_value.weight[:, self.in_channels:].view(H, C, -1)
@@ -289,8 +324,8 @@ class LieAlgebraAttention(MessagePassing):
         return v.view(-1, self.heads, self.head_dim) * alpha.unsqueeze(-1)
 
     def explain_message(self, inputs: Tensor, dim_size: Optional[int]) -> Tensor:
-        # the explainer's edge mask already acted on the scores (see pyg_lie.nn._explain)
-        return inputs
+        # "score" mode: the explainer's edge mask already acted on the scores (see pyg_lie.nn._explain)
+        return _explain.explain_message(self, inputs, dim_size)
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "

@@ -51,13 +51,17 @@ from .. import _checks as checks
 from .._checks import nonnegative_int, positive_int, probability
 from ..groups import LieGroup, get_group
 from ..groups.base import _is_compiling
+from . import _explain
+from ._bipartite import bipartite_relative_log, check_bipartite_edges, node_pair, same_form
 from ._edge_mlp import HeadwiseMLP, edge_mlp
 from ._edge_features import edge_score
-from ._explain import explain_mask, masked_edge_attention
+from ._explain import check_explain_mode, explain_mask, masked_edge_attention
 from ._sparse_ops import CSRStructure, csr_scores, to_edge_order
 from .attention_core import csr_edge_attention, csr_softmax_attention, edge_attention
 
 __all__ = ["LieSelfAttention", "CONTENT", "LOCATION", "COMBINE", "NORMALIZATION"]
+
+PairTensor = Tuple[Tensor, Tensor]
 
 CONTENT = ("dot_product", "linear_concat_linear")
 LOCATION = ("mlp", "identity")
@@ -115,13 +119,22 @@ class LieSelfAttention(MessagePassing):
             the official architecture's attention (dot-product content, one
             location score per head, additive, softmax, no dropout at work) is
             one operator, :func:`~pyg_lie.nn.attention_core.csr_softmax_attention`.
+        explain_mode: where PyG's explainer edge mask acts: ``"score"`` (default; a log-bias on
+            the scores, so a 0/1 mask equals removing the edges) or ``"message"`` (it multiplies
+            the messages after the normalisation, PyG's default; every edge gets a score, a
+            target's only incoming edge included). See :mod:`pyg_lie.nn._explain`.
 
     ``out_channels`` is always the output width (the heads split it).
 
     Shapes:
         input ``x (N, C_in)``, ``edge_index (2, E)``, ``g (N, m, m)``,
         optional ``invariants (N, k)`` and ``edge_attr (E, edge_dim)``; output ``(N, C_out)``
-        and, with ``return_attention_weights=True``, ``(edge_index, w (E, H))``.
+        and, with ``return_attention_weights=True``, ``(edge_index, w (E, H))``. Bipartite
+        (sources and targets are different lifted nodes, as PyG's convolutions and
+        :func:`~torch_geometric.nn.to_hetero` pass them): ``x = (x_src (N_src, C_in), x_dst
+        (N_dst, C_in))``, ``g = (g_src, g_dst)``, ``invariants = (inv_src, inv_dst)``; queries
+        come from the targets, keys and values from the sources, the location term from
+        ``g_dst[i]^-1 g_src[j]``; output ``(N_dst, C_out)``.
     """
 
     def __init__(self, in_channels: int, out_channels: Optional[int] = None,
@@ -129,7 +142,8 @@ class LieSelfAttention(MessagePassing):
                  content: str = "dot_product", location: str = "mlp", combine: str = "additive",
                  normalization: str = "softmax", kernel_dim: int = 16, kernel_layers: int = 3,
                  kernel_per_head: bool = False, invariant_dim: int = 0, dropout: float = 0.0, bias: bool = True,
-                 edge_dim: Optional[int] = None, fused: Union[bool, str] = "auto", **kwargs):
+                 edge_dim: Optional[int] = None, fused: Union[bool, str] = "auto", explain_mode: str = "score",
+                 **kwargs):
         kwargs.setdefault("aggr", "sum")
         super().__init__(node_dim=0, **kwargs)
         out_channels = in_channels if out_channels is None else out_channels
@@ -162,6 +176,7 @@ class LieSelfAttention(MessagePassing):
         if fused not in (True, False, "auto"):
             raise ValueError(f"fused must be True, False or 'auto', got {fused!r}")
         self.fused = fused
+        self.explain_mode = check_explain_mode(explain_mode)
         self._alpha: Optional[Tensor] = None  # the plain path's weights, cleared before forward returns
         self._features_checked = False  # the identical-features warning looks at the first input only
         H, D = heads, self.head_dim
@@ -204,80 +219,102 @@ class LieSelfAttention(MessagePassing):
                 mod.reset_parameters()
 
     # ----------------------------------------------------------------- forward
-    def forward(self, x: Tensor, edge_index: Tensor, g: Tensor, invariants: Optional[Tensor] = None,
-                edge_attr: Optional[Tensor] = None, return_attention_weights: Optional[bool] = None,
-                rel_log: Optional[Tensor] = None, csr: Optional[CSRStructure] = None):
+    def forward(self, x: Union[Tensor, PairTensor], edge_index: Tensor, g: Union[Tensor, PairTensor],
+                invariants: Optional[Union[Tensor, PairTensor]] = None, edge_attr: Optional[Tensor] = None,
+                return_attention_weights: Optional[bool] = None, rel_log: Optional[Tensor] = None,
+                csr: Optional[CSRStructure] = None):
         """Attend over ``edge_index`` (row 0 = source ``j``, row 1 = target ``i``).
 
         ``edge_attr (E, edge_dim)`` (only with ``edge_dim``; ``(E,)`` when ``edge_dim=1``) are
         edge features in the order of ``edge_index``. ``rel_log`` optionally passes
         ``group.relative_log(g, edge_index, one_sided_cut=True)`` ``(E, dim)`` and ``csr`` a
         :class:`CSRStructure` of ``edge_index``, both precomputed once for a stack of layers on
-        the same edges.
+        the same edges. For a bipartite graph, ``x``, ``g`` and ``invariants`` are pairs
+        ``(source, target)`` and ``csr`` is ``CSRStructure.build(edge_index, N_dst,
+        num_sources=N_src)``.
         """
+        x_src, x_dst, bipartite = node_pair("x", x)
+        same_form("g", g, bipartite)
+        same_form("invariants", invariants, bipartite)
+        g_src, g_dst, _ = node_pair("g", g)
+        inv_src, inv_dst, _ = node_pair("invariants", invariants)
         given = edge_index
         checks.edge_index(edge_index)
         edge_index = checks.plain_index("edge_index", edge_index)  # EdgeIndex / Index: a plain int64 tensor
         if not _is_compiling():
-            self._check(x, edge_index, g, invariants)
+            if bipartite:
+                self._check(x_src, g_src, inv_src, "[0]", "_src")
+                self._check(x_dst, g_dst, inv_dst, "[1]", "_dst")
+                check_bipartite_edges(edge_index, x_src.size(0), x_dst.size(0))
+            else:
+                self._check(x, g, invariants)
             if rel_log is None:  # g is read: its matrices must be group elements
-                checks.group_elements(self.group, g, x.size(0), members=True)
+                for gg, xx in ((g_src, x_src), (g_dst, x_dst)) if bipartite else ((g, x),):
+                    checks.group_elements(self.group, gg, xx.size(0), members=True)
             if rel_log is not None:
                 checks.edge_features("rel_log", rel_log, edge_index.size(1), self.group.dim,
                                      "; pass group.relative_log(g, edge_index, one_sided_cut=True)")
             if csr is not None:
-                csr.check(x.size(0), edge_index.size(1))
-        escore = edge_score(self.lin_edge, edge_attr, edge_index.size(1), x)  # (E, H) or None
-        if not self._features_checked and checks._reads_values(x):
+                csr.check(x_dst.size(0), edge_index.size(1), x_src.size(0))
+        escore = edge_score(self.lin_edge, edge_attr, edge_index.size(1), x_src)  # (E, H) or None
+        if not self._features_checked and checks._reads_values(x_src):
             self._features_checked = True
-            self._warn_if_identical(x)
+            self._warn_if_identical(x_src)
         mask = explain_mask(self, edge_index.size(1))
         if self.fused is not False and mask is None:
-            return self._forward_fused(x, edge_index, g, invariants, return_attention_weights, rel_log, csr, given,
-                                       escore)
+            return self._forward_fused(x_src, x_dst, bipartite, edge_index, g_src, g_dst, inv_src, inv_dst,
+                                       return_attention_weights, rel_log, csr, given, escore)
+        if mask is not None and check_explain_mode(self.explain_mode) == "message":
+            mask = None  # explain_message applies it to the messages
         H, D = self.heads, self.head_dim
-        N = x.size(0)
-        q = self.lin_q(x).view(N, H, D)
-        k = self.lin_k(x).view(N, H, D)
-        v = self.lin_v(x).view(N, H, D)
+        N_src, N_dst = x_src.size(0), x_dst.size(0)
+        q = self.lin_q(x_dst).view(N_dst, H, D)
+        k = self.lin_k(x_src).view(N_src, H, D)
+        v = self.lin_v(x_src).view(N_src, H, D)
 
         # location features on edges: vee(log(g_i^-1 g_j)) (+ invariants of both ends)
-        loc = self.group.relative_log(g, edge_index, one_sided_cut=True) if rel_log is None else rel_log
+        loc = self._relative_log(g_src, g_dst, bipartite, edge_index) if rel_log is None else rel_log
         if self.invariant_dim > 0:
-            loc = torch.cat([loc, invariants[edge_index[1]], invariants[edge_index[0]]], dim=-1)
-        loc = loc.to(x.dtype)
+            loc = torch.cat([loc, inv_dst[edge_index[1]], inv_src[edge_index[0]]], dim=-1)
+        loc = loc.to(x_src.dtype)
 
         if self.content == "dot_product":
             cq, ck = q, k
         else:
-            cq = self.lcl_q(q.reshape(N, H * D))
-            ck = self.lcl_k(k.reshape(N, H * D))
-        out = self.propagate(edge_index, cq=cq, ck=ck, v=v, loc=loc, escore=escore, edge_mask=mask, size=(N, N))
-        out = self.lin_out(out.reshape(N, H * D))
+            cq = self.lcl_q(q.reshape(N_dst, H * D))
+            ck = self.lcl_k(k.reshape(N_src, H * D))
+        out = self.propagate(edge_index, cq=cq, ck=ck, v=v, loc=loc, escore=escore, edge_mask=mask,
+                             size=(N_src, N_dst))
+        out = self.lin_out(out.reshape(N_dst, H * D))
         alpha, self._alpha = self._alpha, None
         if return_attention_weights:
             return out, (given, alpha)
         return out
 
-    def _forward_fused(self, x, edge_index, g, invariants, return_attention_weights, rel_log, csr, given,
-                       escore=None):
+    def _relative_log(self, g_src: Tensor, g_dst: Tensor, bipartite: bool, edge_index: Tensor) -> Tensor:
+        if bipartite:
+            return bipartite_relative_log(self.group, g_src, g_dst, edge_index, one_sided_cut=True)
+        return self.group.relative_log(g_src, edge_index, one_sided_cut=True)
+
+    def _forward_fused(self, x_src, x_dst, bipartite, edge_index, g_src, g_dst, inv_src, inv_dst,
+                       return_attention_weights, rel_log, csr, given, escore=None):
         H, D = self.heads, self.head_dim
-        N = x.size(0)
+        N_src, N_dst = x_src.size(0), x_dst.size(0)
         if csr is None:
-            csr = CSRStructure.build(edge_index, N)
+            csr = CSRStructure.build(edge_index, N_dst, num_sources=N_src if bipartite else None)
         perm = csr.perm
-        q = self.lin_q(x).view(N, H, D)
-        k = self.lin_k(x).view(N, H, D)
-        v = self.lin_v(x).view(N, H, D)
+        q = self.lin_q(x_dst).view(N_dst, H, D)
+        k = self.lin_k(x_src).view(N_src, H, D)
+        v = self.lin_v(x_src).view(N_src, H, D)
         dst, src = csr.row, csr.col
         if rel_log is None:
             sorted_ei = edge_index if perm is None else edge_index[:, perm]
-            loc = self.group.relative_log(g, sorted_ei, one_sided_cut=True)
+            loc = self._relative_log(g_src, g_dst, bipartite, sorted_ei)
         else:
             loc = rel_log if perm is None else rel_log[perm]
         if self.invariant_dim > 0:
-            loc = torch.cat([loc, invariants[dst], invariants[src]], dim=-1)
-        loc = loc.to(x.dtype)
+            loc = torch.cat([loc, inv_dst[dst], inv_src[src]], dim=-1)
+        loc = loc.to(x_src.dtype)
         if escore is not None:  # heads first, in the sorted edge order
             escore = (escore if perm is None else escore[perm]).t()
         if self._one_op_attention():  # scores, softmax and aggregation in one operator
@@ -285,12 +322,12 @@ class LieSelfAttention(MessagePassing):
             if escore is not None:  # the edge term rides on the location scores
                 kl = (kl + escore).contiguous()
             out, w = csr_softmax_attention(csr, q * (1.0 / math.sqrt(D)), k, v, kl)
-            out, alpha = out.reshape(N, H * D), w.t()
+            out, alpha = out.reshape(N_dst, H * D), w.t()
         else:
             if self.content == "dot_product":
                 kc = csr_scores(csr, q * (1.0 / math.sqrt(D)), k)  # (H, E); q scaled: (N, H, D) < (H, E)
             else:
-                kc = (self.lcl_q(q.reshape(N, H * D))[dst] + self.lcl_k(k.reshape(N, H * D))[src]).t()
+                kc = (self.lcl_q(q.reshape(N_dst, H * D))[dst] + self.lcl_k(k.reshape(N_src, H * D))[src]).t()
             # kc.t() leads the elementwise combination, so the scores keep its (H, E) memory
             # order, and the sorted-edge normalisation reduces along it
             score = self._score(kc.t(), loc).t()  # (H, E)
@@ -345,17 +382,27 @@ class LieSelfAttention(MessagePassing):
                           "normalization='constant'", UserWarning, stacklevel=3)
 
     def explain_message(self, inputs: Tensor, dim_size: Optional[int]) -> Tensor:
-        # the explainer's edge mask already acted on the scores (see pyg_lie.nn._explain)
-        return inputs
+        # "score" mode: the explainer's edge mask already acted on the scores (see pyg_lie.nn._explain)
+        return _explain.explain_message(self, inputs, dim_size)
 
     # ------------------------------------------------------------------ checks
-    def _check(self, x: Tensor, edge_index: Tensor, g: Tensor, invariants: Optional[Tensor]) -> None:
-        if x.dim() != 2 or x.size(1) != self.in_channels:
-            raise ValueError(f"x must have shape (N, {self.in_channels}), got {tuple(x.shape)}")
-        checks.group_elements(self.group, g, x.size(0))
+    def _check(self, x: Tensor, g: Tensor, invariants: Optional[Tensor], at: str = "", side: str = "") -> None:
+        """Shapes of one side's inputs; ``at`` / ``side`` name the side of a bipartite pair
+        (``"[0]"``, ``"_src"``)."""
+        if not isinstance(x, Tensor) or x.dim() != 2 or x.size(1) != self.in_channels:
+            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"x{at}{f' (x{side})' if at else ''} must have shape (N{side}, {self.in_channels}), "
+                             f"got {got}")
+        if at:
+            try:
+                checks.group_elements(self.group, g, x.size(0))
+            except ValueError as err:
+                raise ValueError(f"g{at} (g{side}): {err}") from None
+        else:
+            checks.group_elements(self.group, g, x.size(0))
         if self.invariant_dim > 0:
             if invariants is None or invariants.shape != (x.size(0), self.invariant_dim):
-                raise ValueError(f"invariants must have shape ({x.size(0)}, {self.invariant_dim}) "
+                raise ValueError(f"invariants{at} must have shape ({x.size(0)}, {self.invariant_dim}) "
                                  f"(invariant_dim={self.invariant_dim}), got "
                                  f"{None if invariants is None else tuple(invariants.shape)}")
         elif invariants is not None:

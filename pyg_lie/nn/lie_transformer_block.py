@@ -9,17 +9,23 @@ r"""A LieTransformer residual block (Hutchinson et al., 2021, Fig. 1).
 its own, so they are equivariant for the regular representation; the block is
 therefore equivariant whenever the attention is. A node without neighbours
 keeps its residual value (the attention contributes exactly zero).
+
+On a bipartite graph (``x = (x_src, x_dst)``, ``g = (g_src, g_dst)``, as PyG's
+convolutions take them) the attention reads both normalised sides and the residuals
+are the targets': ``f_dst <- f_dst + Attn((LN(f_src), LN(f_dst)), g)``, then the MLP
+step on ``f_dst``; the output has one row per target.
 """
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
 from torch import Tensor
 from torch.nn import Dropout, LayerNorm, Linear, Module, Sequential, SiLU
 
 from .._checks import positive_int, probability
 from ..groups import LieGroup
+from ._bipartite import node_pair
 from .lie_self_attention import LieSelfAttention
 
 __all__ = ["LieTransformerBlock"]
@@ -35,12 +41,15 @@ class LieTransformerBlock(Module):
         mlp_ratio: hidden width of the pointwise MLP is ``mlp_ratio * C``.
         dropout: dropout after attention and MLP (training only).
         **attention_kwargs: passed to :class:`LieSelfAttention` (``content``,
-            ``location``, ``combine``, ``normalization``, ``kernel_dim``, ``edge_dim``, ...).
+            ``location``, ``combine``, ``normalization``, ``kernel_dim``, ``edge_dim``,
+            ``explain_mode``, ...).
 
     Shapes:
         ``x (N, C)``, ``edge_index (2, E)``, ``g (N, m, m)``,
         ``invariants (N, k)`` or ``None``, ``edge_attr (E, edge_dim)`` (with ``edge_dim``)
-        -> ``(N, C)``.
+        -> ``(N, C)``, and with ``return_attention_weights=True`` ``(out, (edge_index,
+        w (E, H)))``, the attention's weights. Bipartite: ``x``, ``g`` and ``invariants`` as
+        pairs ``(source, target)`` -> ``(N_dst, C)``.
     """
 
     def __init__(self, channels: int, group: Union[str, LieGroup] = "SE2", heads: int = 4,
@@ -64,12 +73,17 @@ class LieTransformerBlock(Module):
             if isinstance(mod, Linear):
                 mod.reset_parameters()
 
-    def forward(self, x: Tensor, edge_index: Tensor, g: Tensor,
-                invariants: Optional[Tensor] = None, edge_attr: Optional[Tensor] = None,
-                rel_log: Optional[Tensor] = None, csr=None) -> Tensor:
-        x = x + self.drop(self.attn(self.norm1(x), edge_index, g, invariants, edge_attr=edge_attr,
-                                    rel_log=rel_log, csr=csr))
-        return x + self.drop(self.mlp(self.norm2(x)))
+    def forward(self, x: Union[Tensor, Tuple[Tensor, Tensor]], edge_index: Tensor,
+                g: Union[Tensor, Tuple[Tensor, Tensor]], invariants=None, edge_attr: Optional[Tensor] = None,
+                rel_log: Optional[Tensor] = None, csr=None, return_attention_weights: Optional[bool] = None):
+        x_src, x_dst, bipartite = node_pair("x", x)
+        h = (self.norm1(x_src), self.norm1(x_dst)) if bipartite else self.norm1(x)
+        a = self.attn(h, edge_index, g, invariants, edge_attr=edge_attr, rel_log=rel_log, csr=csr,
+                      return_attention_weights=return_attention_weights)
+        a, weights = a if return_attention_weights else (a, None)
+        x = x_dst + self.drop(a)
+        x = x + self.drop(self.mlp(self.norm2(x)))
+        return (x, weights) if return_attention_weights else x
 
     def __repr__(self) -> str:
         a = self.attn

@@ -163,3 +163,128 @@ def test_equivariant_self_attention_mask_equals_removing_edges():
     with masked(layer, keep.double(), ei):
         got = layer(x, ei)
     assert torch.allclose(got, expected, atol=1e-12)
+
+
+# --------------------------------------------------------------- explain_mode, VectorTokenAttention
+def _call(layer, x, ei, g):
+    """The layers' calls: VectorTokenAttention takes no group elements."""
+    from pyg_lie.nn import VectorTokenAttention
+    return layer(x, ei) if isinstance(layer, VectorTokenAttention) else layer(x, ei, g)
+
+
+def _mode_layers(mode):
+    from pyg_lie.nn import LieTransformerBlock, VectorTokenAttention
+    return {
+        "lie_self_attention_fused": LieSelfAttention(8, 8, "SE2", heads=2, explain_mode=mode),
+        "lie_self_attention_plain": LieSelfAttention(8, 8, "SE2", heads=2, fused=False, explain_mode=mode),
+        "lie_self_attention_constant": LieSelfAttention(8, 8, "SE2", heads=2, normalization="constant",
+                                                        explain_mode=mode),
+        "lie_algebra_attention": LieAlgebraAttention(8, 8, "SE2", heads=2, score="mlp", explain_mode=mode),
+        "vector_token_attention": VectorTokenAttention(8, 8, heads=2, explain_mode=mode),
+        "lie_transformer_block": LieTransformerBlock(8, "SE2", heads=2, explain_mode=mode),
+    }
+
+
+MODE_LAYERS = sorted(_mode_layers("score"))
+
+
+@pytest.mark.parametrize("name", MODE_LAYERS)
+def test_default_score_mode_zero_one_mask_equals_removal(name):
+    # VectorTokenAttention was off by ~0.5 here (its mask multiplied the messages; issue 41)
+    torch.manual_seed(3)
+    ei, g = _graph()
+    layer = _mode_layers("score")[name].double()
+    assert layer.explain_mode == "score" if not hasattr(layer, "attn") else layer.attn.explain_mode == "score"
+    x = torch.randn(g.shape[0], 8, dtype=torch.float64)
+    keep = torch.rand(ei.shape[1]) > 0.4
+    keep[ei[1] == 3] = False
+    expected = _call(layer, x, ei[:, keep], g)
+    with masked(layer, keep.double(), ei):
+        got = _call(layer, x, ei, g)
+    assert torch.allclose(got, expected, atol=1e-12), (got - expected).abs().max()
+
+
+def _lone_edge_graph(N=12, seed=0):
+    """Random edges, with node 0's only incoming edge the last one (from node 5)."""
+    gen = torch.Generator().manual_seed(seed)
+    ei = torch.randint(1, N, (2, 60), generator=gen)
+    ei = torch.cat([ei, torch.tensor([[5], [0]])], dim=1)
+    return ei, SE2().random(N, generator=gen, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("name", MODE_LAYERS)
+def test_message_mode_scores_a_lone_incoming_edge(name):
+    """Score mode: the mask of a target's only incoming edge has gradient 0 (its weight is 1 for
+    every positive mask value). Message mode (PyG's default): it gets a non-zero gradient, and a
+    0/1 mask scales messages instead of removing edges."""
+    torch.manual_seed(4)
+    ei, g = _lone_edge_graph()
+    x = torch.randn(g.shape[0], 8, dtype=torch.float64)
+    lone = ei.shape[1] - 1
+    grads = {}
+    for mode in ("score", "message"):
+        layer = _mode_layers(mode)[name].double()
+        mask = torch.full((ei.shape[1],), 0.7, dtype=torch.float64, requires_grad=True)
+        with masked(layer, mask, ei):
+            out = _call(layer, x, ei, g)
+        out[0].square().sum().backward()  # node 0's output: its lone edge decides it
+        grads[mode] = mask.grad
+    assert grads["score"][lone] == 0
+    assert grads["message"][lone].abs() > 1e-6, grads["message"][lone]
+    # message mode with a 0/1 mask: messages scaled, not removed (no renormalisation)
+    layer = _mode_layers("message")[name].double()
+    keep = torch.ones(ei.shape[1], dtype=torch.float64)
+    keep[:10] = 0
+    with masked(layer, keep, ei):
+        scaled = _call(layer, x, ei, g)
+    with masked(layer, torch.ones_like(keep), ei):
+        full = _call(layer, x, ei, g)
+    assert torch.allclose(full, _call(layer, x, ei, g), atol=1e-12)  # an all-ones mask changes nothing
+    if "constant" not in name:  # (softmax: removing differs from zeroing a message)
+        assert not torch.allclose(scaled, _call(layer, x, ei[:, 10:], g), atol=1e-6)
+
+
+def test_explain_mode_is_checked():
+    from pyg_lie.nn import VectorTokenAttention
+    with pytest.raises(ValueError, match="explain_mode"):
+        LieSelfAttention(8, 8, "SE2", explain_mode="before")
+    with pytest.raises(ValueError, match="explain_mode"):
+        VectorTokenAttention(8, 8, explain_mode=None)
+    layer = LieAlgebraAttention(8, 8, "SE2")
+    layer.explain_mode = "after"  # an attribute set later is checked when the explainer runs
+    ei, g = _graph()
+    with masked(layer, torch.ones(ei.shape[1], dtype=torch.float64), ei), pytest.raises(ValueError,
+                                                                                       match="explain_mode"):
+        layer.double()(torch.randn(g.shape[0], 8, dtype=torch.float64), ei, g)
+
+
+def test_gnn_explainer_runs_in_message_mode():
+    torch.manual_seed(0)
+    ei, g = _lone_edge_graph(seed=1)
+    g = g.float()
+    model = _Model()
+    for m in model.modules():
+        if hasattr(m, "explain_mode"):
+            m.explain_mode = "message"
+    explainer = Explainer(model, GNNExplainer(epochs=5, lr=0.05), explanation_type="model",
+                          edge_mask_type="object", node_mask_type=None,
+                          model_config=dict(mode="multiclass_classification", task_level="node",
+                                            return_type="raw"))
+    exp = explainer(torch.randn(g.shape[0], 4), ei, g=g, index=0)
+    assert exp.edge_mask.shape == (ei.shape[1],) and exp.edge_mask[-1] > 0
+
+
+def test_lie_transformer_block_returns_attention_weights():
+    from pyg_lie.nn import LieTransformerBlock
+    torch.manual_seed(5)
+    ei, g = _graph()
+    block = LieTransformerBlock(8, "SE2", heads=2).double()
+    x = torch.randn(g.shape[0], 8, dtype=torch.float64)
+    sub = EdgeIndex(ei, sparse_size=(g.shape[0], g.shape[0]))
+    out, (ei_out, alpha) = block(x, sub, g, return_attention_weights=True)
+    assert ei_out is sub and alpha.shape == (ei.shape[1], 2) and block.attn._alpha is None
+    assert torch.equal(out, block(x, ei, g))
+    _, (_, want) = block.attn(block.norm1(x), ei, g, return_attention_weights=True)
+    assert torch.allclose(alpha, want, atol=1e-14)
+    torch.testing.assert_close(torch.zeros(g.shape[0], dtype=torch.float64).index_add(0, ei[1], alpha[:, 0])
+                               [torch.unique(ei[1])], torch.ones(len(torch.unique(ei[1])), dtype=torch.float64))

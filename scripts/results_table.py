@@ -58,6 +58,11 @@ EXPERIMENTS = {
                         "of lift samples K, with the paper's equally spaced lift (grid) and independent Haar "
                         "samples (haar)."),
     "qm9": ("QM9", "LieTransformer paper, Table 2: test MAE per target."),
+    "qm9-budget": ("QM9 at equal training time", "LieTransformer-T3 with SO(3) augmentation, LieTransformer-SE3, "
+                   "PyG's SchNet and DimeNet++ (default hyperparameters), each trained for the same CPU time on one "
+                   "thread with the same recipe: test MAE, rotation sensitivity (standard deviation of the "
+                   "prediction over 8 random rotations of a test molecule), steps and epochs done. Learning curves: "
+                   "`results/qm9-budget/<target>.learning_curves.png`."),
     "springs": ("Spring dynamics", "LieTransformer paper, Figures 4-5: 5-step test MSE and the 100-step rollout "
                 "error of the Hamiltonian LieTransformer, per step averaged over test systems and then over steps "
                 "geometrically (`test_gmse_5`, `rollout_gmse_100`: the paper's definition, Appendix I.3) and "

@@ -24,6 +24,8 @@ TRAIN = {
     "vit": ("pyg_lie.experiments.vit", "O(2)-subgroup equivariant ViT on image classification"),
     "springs": ("pyg_lie.experiments.springs", "Hamiltonian LieTransformer on spring dynamics"),
     "qm9": ("pyg_lie.experiments.qm9", "LieTransformer on QM9"),
+    "qm9-budget": ("pyg_lie.experiments.qm9_budget",
+                   "QM9 models trained for the same CPU (or wall) time, with learning curves"),
 }
 BENCH = {
     "neighbors": ("pyg_lie.benchmarks.neighbors", "radius-graph backends side by side"),
@@ -32,6 +34,7 @@ BENCH = {
     "vit": ("pyg_lie.benchmarks.vit", "equivariant ViT vs plain ViT"),
     "lie-algebra-attention": ("pyg_lie.benchmarks.lie_algebra_attention", "Lie-algebra attention timings"),
     "rollout": ("pyg_lie.benchmarks.rollout", "Hamiltonian RK4 rollout + training backward vs potential passes"),
+    "qm9": ("pyg_lie.benchmarks.qm9", "QM9 training throughput: LieTransformer presets vs SchNet and DimeNet++"),
 }
 OTHER = {
     "demo": ("pyg_lie.experiments.demo", "the library's main job: a short demonstration"),

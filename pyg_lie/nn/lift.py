@@ -94,6 +94,35 @@ def check_point_cloud(group: LieGroup, x: Optional[Tensor], pos: Tensor,
         raise ValueError("pos contains non-finite entries (NaN or inf); remove or fix those points")
 
 
+def check_stabilizer(group: LieGroup, h, N: int, K: int) -> None:
+    """``h`` must be ``(N, K, m, m)`` elements of the stabiliser ``H`` of the origin: elements of
+    ``group`` (:meth:`~pyg_lie.groups.LieGroup.contains`, whose tolerance is relative to the
+    dtype of ``h``) that fix the origin to the same tolerance. Read in float64 (one pass, one
+    sync; left out while tracing). ``ValueError`` naming ``stabilizer`` otherwise."""
+    m = group.matrix_size
+    if not isinstance(h, Tensor) or tuple(h.shape) != (N, K, m, m):
+        got = tuple(h.shape) if isinstance(h, Tensor) else type(h).__name__
+        raise ValueError(f"stabilizer must have shape (N, K, m, m) = {(N, K, m, m)}, got {got}")
+    if not h.is_floating_point():
+        raise ValueError(f"stabilizer must be a floating-point tensor, got {h.dtype}")
+    if not h.numel() or not checks._reads_values(h):
+        return
+    tol = torch.finfo(h.dtype).eps ** (1 / 3)
+    flat = h.detach().reshape(-1, m, m).to(torch.float64)
+    member = group.contains(flat, tol)
+    o = group.origin(dtype=torch.float64, device=h.device)
+    scale = 1.0 + float(o.abs().max()) if o.numel() else 1.0
+    fixes = (group.act(torch.where(member[:, None, None], flat, torch.eye(m, dtype=flat.dtype, device=flat.device)),
+                       o.expand(flat.shape[0], -1)) - o).abs().amax(-1) <= tol * scale
+    bad = ~(member & fixes)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        what = "is no element of the group" if not bool(member[i]) else "does not fix the origin"
+        raise ValueError(f"stabilizer[{i // K}, {i % K}] {what}: stabilizer must hold elements of the stabiliser "
+                         f"of the origin of {group.name} (tolerance {tol:.1g} for {h.dtype}), e.g. "
+                         f"{group.name}().stabilizer_random(N, K) or stabilizer_embed(subgroup elements)")
+
+
 def finite_subgroup(group: LieGroup, k: int, dtype: torch.dtype = torch.float64,
                     device=None) -> Tensor:
     """Elements of a finite subgroup of the stabiliser ``H`` with ``k`` elements.
@@ -224,10 +253,7 @@ class Lift(torch.nn.Module):
         if stabilizer is None:
             h = self.stabilizer_samples(N, pos.dtype, pos.device)
         else:
-            m = group.matrix_size
-            if stabilizer.shape != (N, K, m, m):
-                raise ValueError(f"stabilizer must have shape (N, K, m, m) = {(N, K, m, m)}, "
-                                 f"got {tuple(stabilizer.shape)}")
+            check_stabilizer(group, stabilizer, N, K)
             h = stabilizer.to(dtype=pos.dtype, device=pos.device)
         g = (s.unsqueeze(1) @ h).reshape(N * K, group.matrix_size, group.matrix_size)
         index = torch.arange(N, device=pos.device).repeat_interleave(K)

@@ -283,9 +283,9 @@ def expand_edges(ptr: Tensor, col: Tensor, K: int) -> Tensor:
     from .._checks import positive_int
     K = positive_int("K", K)
     ptr, col = _csr(ptr, col, "ptr")
-    N = ptr.numel() - 1
-    _fits("the lifted edge list (E K^2)", col.numel() * K * K)
-    _fits("the lifted node count (N K)", N * K)
+    if not torch.compiler.is_compiling():  # (symbolic sizes while tracing)
+        _fits("the lifted edge list (E K^2)", col.numel() * K * K)
+        _fits("the lifted node count (N K)", (ptr.numel() - 1) * K)
     return _backend.call(_expand_op, _expand_op_impl, ptr, col, K)
 
 

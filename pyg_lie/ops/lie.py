@@ -113,5 +113,8 @@ def se2_relative_log(g: Tensor, edge_index: Tensor, cut_below: Optional[float] =
         raise TypeError(f"edge_index must be an int64 (or int32) index tensor, got {edge_index.dtype}")
     same_device(g=g, edge_index=edge_index)
     from .._checks import finite_float
-    args = (g, edge_index.long(), None if cut_below is None else finite_float("cut_below", cut_below, ", or None"))
+    if cut_below is not None:  # (a symbolic float while tracing: checked in eager calls)
+        cut_below = float(cut_below) if torch.compiler.is_compiling() else finite_float("cut_below", cut_below,
+                                                                                        ", or None")
+    args = (g, edge_index.long(), cut_below)
     return _RelativeLog.apply(*args) if _backend.direct(g, args[1]) else _se2_log_op(*args)

@@ -183,23 +183,142 @@ def test_mkdocs_build_strict(tmp_path):
     assert r.returncode == 0, f"mkdocs build --strict failed ({elapsed:.0f} s):\n{r.stdout[-4000:]}{r.stderr[-4000:]}"
 
 
-# pages whose ```python blocks are self-contained and quick; each block runs as written
-RUNNABLE = ("README.md", "docs/groups.md", "docs/lie_transformer.md", "docs/pyg_tooling.md", "docs/testing.md")
+# ---------------------------------------------------------------- the pages' code blocks run
+# Every ```python block of README.md and docs/ runs: a page's blocks in order, in one namespace (as a
+# reader runs them), in a fresh process of its own with a time limit, in a temporary folder that
+# links the repository's top-level entries (files the blocks read resolve; files they write stay
+# there). The pages' processes are forked from one interpreter that has imported torch, PyG and
+# pyg_lie (importing pyg_lie changes nothing in PyG, tests/interop/test_pyg_tooling.py), so each page
+# starts clean without paying the imports again. A block that must not run (GPU, a long run, the
+# network) has this line directly above its fence:
+SKIP_MARKER = re.compile(r"<!-- docs-test: skip \((?P<reason>[^)]+)\) -->")
+PAGE_TIMEOUT = 120  # seconds per page
 
 
-def _examples():
-    out = []
-    for page in RUNNABLE:
-        path = ROOT / page
-        if path.exists():
-            blocks = re.findall(r"```python\n(.*?)```", path.read_text(), re.S)
-            out += [pytest.param(page, i + 1, code, id=f"{page}:{i + 1}") for i, code in enumerate(blocks)]
+def _code_blocks(text: str):
+    """``(line of the fence, code, skip reason or None)`` for every ```python block."""
+    lines, out, i = text.splitlines(), [], 0
+    while i < len(lines):
+        fence = lines[i]
+        if fence.lstrip().startswith("```python"):
+            indent = len(fence) - len(fence.lstrip())
+            j = i + 1
+            while j < len(lines) and lines[j].strip() != "```":
+                j += 1
+            code = "\n".join(line[indent:] for line in lines[i + 1:j]) + "\n"
+            marker = SKIP_MARKER.fullmatch(lines[i - 1].strip()) if i else None
+            out.append((i + 1, code, marker.group("reason") if marker else None))
+            i = j
+        i += 1
     return out
 
 
-@pytest.mark.parametrize("page, number, code", _examples())
-def test_examples_run(page, number, code):
-    try:
-        exec(compile(code, f"{page} example {number}", "exec"), {"__name__": "__docs_example__"})
-    except Exception as err:  # name the example, not this test's line
-        pytest.fail(f"{page}, example {number} failed: {type(err).__name__}: {err}\n{code}")
+def _pages_with_code():
+    return [p for p in _doc_files() if _code_blocks((ROOT / p).read_text())]
+
+
+_RUNNER = r"""
+import json, os, signal, sys, time, traceback, warnings
+import torch, torch_geometric, torch_geometric.nn, pyg_lie, pyg_lie.nn, pyg_lie.models  # shared, read-only
+spec = json.load(open(sys.argv[1]))
+results = {}
+for page in spec["pages"]:
+    work, log = page["cwd"], page["log"]
+    start = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:  # the page's own process
+        os.chdir(work)
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        namespace = {"__name__": "__main__"}
+        for block in page["blocks"]:
+            t = time.perf_counter()
+            code = "\n" * block["line"] + block["code"]  # tracebacks name the page's own lines
+            try:
+                exec(compile(code, page["page"], "exec"), namespace)
+            except BaseException:
+                sys.stdout.flush()
+                print(f"{page['page']}: the block at line {block['line']} failed:", file=sys.stderr)
+                traceback.print_exc()
+                sys.stderr.flush()
+                os._exit(1)
+            print(f"[docs-test] {page['page']}:{block['line']} {time.perf_counter() - t:.1f} s", flush=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    status = None
+    while time.perf_counter() - start < spec["timeout"]:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        status = "timeout"
+    code = status if status == "timeout" else os.waitstatus_to_exitcode(status)
+    results[page["page"]] = {"code": code, "seconds": round(time.perf_counter() - start, 1)}
+json.dump(results, open(spec["out"], "w"))
+"""
+
+
+def test_code_block_parser_and_skip_marker():
+    text = ("intro\n```python\nprint(1)\n```\n<!-- docs-test: skip (needs a GPU) -->\n```python\nboom()\n```\n"
+            "- item\n\n  ```python\n  x = 2\n  ```\n```bash\nls\n```\n")
+    assert _code_blocks(text) == [(2, "print(1)\n", None), (6, "boom()\n", "needs a GPU"), (11, "x = 2\n", None)]
+    for bad in ("<!-- docs-test: skip -->", "<!-- docs-test: skip() -->", "<!-- docs-test skip (x) -->",
+                "text <!-- docs-test: skip (x) -->"):
+        assert not SKIP_MARKER.fullmatch(bad), bad
+
+
+@pytest.mark.parametrize("path", _doc_files())
+def test_skip_markers_sit_on_a_python_fence(path):
+    lines = (ROOT / path).read_text().splitlines()
+    for k, line in enumerate(lines):
+        if line.lstrip().startswith("<!--") and "docs-test" in line:
+            assert SKIP_MARKER.fullmatch(line.strip()), f"{path}:{k + 1}: write <!-- docs-test: skip (reason) -->"
+            assert k + 1 < len(lines) and lines[k + 1].lstrip().startswith("```python"), \
+                f"{path}:{k + 1}: the skip marker must be the line directly above a ```python fence"
+
+
+@pytest.fixture(scope="module")
+def code_block_runs(request, tmp_path_factory):
+    """Run the pages that this session selected (all of them in a full run) and return
+    ``{page: (exit code or "timeout", seconds, log)}``."""
+    import json
+    selected = [item.callspec.params["page"] for item in request.session.items
+                if getattr(item, "originalname", None) == "test_code_blocks_run"]
+    base = tmp_path_factory.mktemp("docs_code")
+    pages = []
+    for k, page in enumerate(selected):
+        blocks = [{"line": line, "code": code} for line, code, reason in _code_blocks((ROOT / page).read_text())
+                  if reason is None]
+        work = base / f"cwd{k}"
+        work.mkdir()
+        for entry in ROOT.iterdir():
+            if entry.name != ".git":
+                (work / entry.name).symlink_to(entry)
+        pages.append({"page": page, "blocks": blocks, "cwd": str(work), "log": str(base / f"log{k}.txt")})
+    (base / "spec.json").write_text(json.dumps({"pages": pages, "timeout": PAGE_TIMEOUT,
+                                                "out": str(base / "results.json")}))
+    (base / "runner.py").write_text(_RUNNER)
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MPLBACKEND="Agg", PYTHONPATH=str(ROOT),
+               PYTHONHASHSEED="0")
+    r = subprocess.run([PYTHON, str(base / "runner.py"), str(base / "spec.json")], cwd=base, env=env,
+                       capture_output=True, text=True, timeout=PAGE_TIMEOUT * len(pages) + 120)
+    assert r.returncode == 0, f"the docs runner failed:\n{r.stdout[-3000:]}{r.stderr[-3000:]}"
+    results = json.loads((base / "results.json").read_text())
+    return {p["page"]: (results[p["page"]]["code"], results[p["page"]]["seconds"], Path(p["log"]).read_text())
+            for p in pages}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", _pages_with_code())
+def test_code_blocks_run(page, code_block_runs):
+    code, seconds, log = code_block_runs[page]
+    print(f"{page}: {seconds} s")
+    if code == "timeout":
+        pytest.fail(f"{page}: its python blocks ran past {PAGE_TIMEOUT} s; shorten them or mark long ones "
+                    f"<!-- docs-test: skip (reason) -->\n{log[-3000:]}")
+    assert code == 0, f"{page} ({seconds} s):\n{log[-6000:]}"

@@ -298,3 +298,58 @@ def test_to_hetero_two_node_and_two_edge_types(kind):
         u = G.random(1, generator=gen, dtype=f64)
         moved = model(x, ei, {k: u @ v for k, v in g.items()})
         assert all(torch.allclose(moved[k], out[k].detach(), atol=1e-10) for k in out)
+
+
+def test_hetero_conv_with_blocks():
+    """PyG's HeteroConv passes (x_src, x_dst) and (g_src, g_dst) to a block per edge type: each
+    target type's output is its residual stream updated by the block of its edge type."""
+    from torch_geometric.nn import HeteroConv
+
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(8)
+    G = SE2()
+    n_atom, n_site = 8, 3
+    near = torch.randint(0, n_atom, (2, 20), generator=gen)
+    to = torch.stack([torch.randint(0, n_atom, (9,), generator=gen), torch.arange(n_site).repeat(3)])
+    blocks = {("atom", "near", "atom"): LieTransformerBlock(8, G, heads=2, kernel_dim=8),
+              ("atom", "to", "site"): LieTransformerBlock(8, G, heads=2, kernel_dim=8)}
+    conv = HeteroConv(blocks, aggr="sum").double()
+    x = {"atom": torch.randn(n_atom, 8, dtype=f64, requires_grad=True),
+         "site": torch.randn(n_site, 8, dtype=f64, requires_grad=True)}
+    g = {"atom": G.random(n_atom, generator=gen, dtype=f64), "site": G.random(n_site, generator=gen, dtype=f64)}
+    ei = {("atom", "near", "atom"): near, ("atom", "to", "site"): to}
+    out = conv(x, ei, g_dict=g)
+    site_block = conv.convs[("atom", "to", "site")]
+    assert torch.allclose(out["site"], site_block((x["atom"], x["site"]), to, (g["atom"], g["site"])), atol=1e-12)
+    (out["atom"].square().sum() + out["site"].square().sum()).backward()
+    assert x["site"].grad.abs().sum() > 0 and x["atom"].grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("kind", ["lie_self_attention", "lie_self_attention_plain", "lie_algebra_attention",
+                                  "vector_token_attention"])
+def test_bipartite_explainer_mask_equals_removal(kind):
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(9)
+    G = SE2()
+    n_src, n_dst = 10, 6
+    layer = {"lie_self_attention": lambda: LieSelfAttention(8, 8, G, heads=2),
+             "lie_self_attention_plain": lambda: LieSelfAttention(8, 8, G, heads=2, fused=False),
+             "lie_algebra_attention": lambda: LieAlgebraAttention(8, 8, G, heads=2),
+             "vector_token_attention": lambda: VectorTokenAttention(8, 8, heads=2)}[kind]().double()
+    x = (torch.randn(n_src, 8, dtype=f64), torch.randn(n_dst, 8, dtype=f64))
+    g = (G.random(n_src, generator=gen, dtype=f64), G.random(n_dst, generator=gen, dtype=f64))
+    ei = _bipartite_edges(n_src, n_dst, 40, gen)
+    keep = torch.rand(ei.shape[1], generator=gen) > 0.4
+
+    def call(e):
+        return layer(x, e) if kind == "vector_token_attention" else layer(x, e, g)
+
+    expected = call(ei[:, keep])
+    set_masks(layer, keep.double(), ei, apply_sigmoid=False)
+    try:
+        got = call(ei)
+    finally:
+        clear_masks(layer)
+    assert got.shape == (n_dst, 8) and torch.allclose(got, expected, atol=1e-12)

@@ -80,7 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hidden", type=positive_int, default=None,
                    help="width: d_v of the LieTransformer (default 32; paper: 160, small model 80), "
                         "the MLP width of fc (default 150) and gn (default 64), pair (default 32)")
-    p.add_argument("--layers", type=nonnegative_int, default=None,
+    p.add_argument("--layers", type=positive_int, default=None,
                    help="attention blocks of the LieTransformer (default 2; paper: 5, small model 3), "
                         "hidden layers of fc (default 4) and pair (default 2), graph-network blocks of gn "
                         "(default 1)")

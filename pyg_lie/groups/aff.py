@@ -42,6 +42,8 @@ _CHART_MSG = (
 class _Aff(LieGroup):
     """Shared code of :class:`Aff2` and :class:`Aff3`; ``n`` is the space dimension."""
 
+    half_precision = False  # matrix_exp, solve, det and eigvals have no half kernels
+
     n: int
     compact = False
     has_chart_boundary = True

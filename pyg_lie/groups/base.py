@@ -207,6 +207,8 @@ class LieGroup(ABC):
         part of positive determinant. Non-finite matrices are not elements.
         """
         tol = torch.finfo(g.dtype).eps ** (1 / 3) if tol is None else tol
+        if g.dtype in (torch.float16, torch.bfloat16):  # decided in float32, to the half dtype's tolerance
+            g = g.float()
         finite = torch.isfinite(g).flatten(-2).all(-1)
         g = torch.where(finite[..., None, None], g, torch.eye(self.matrix_size, dtype=g.dtype, device=g.device))
         if self.has_chart_boundary:
@@ -307,6 +309,18 @@ class LieGroup(ABC):
         return None
 
     # ---------------------------------------------------------------- checks
+    #: whether the group's maps take float16 / bfloat16 tensors (closed forms in elementwise
+    #: torch operations, accurate to a few eps of the dtype, tested); groups whose maps need
+    #: ``torch.linalg`` (no half-precision kernels) set it False and refuse them by name
+    half_precision: bool = True
+
+    def _check_dtype(self, t: Tensor, arg: str) -> None:
+        if not t.dtype.is_floating_point:
+            raise ValueError(f"{arg} must be a floating-point tensor, got {t.dtype}")
+        if not self.half_precision and t.dtype in (torch.float16, torch.bfloat16):
+            raise ValueError(f"{arg} is {t.dtype}, but {self.name}'s maps need torch.linalg, which has no "
+                             f"float16/bfloat16 kernels; pass {arg}.float() (and cast the result back)")
+
     def _check_vec(self, xi: Tensor, arg: str) -> None:
         if not isinstance(xi, Tensor):
             raise TypeError(f"{arg} must be a torch.Tensor, got {type(xi).__name__}")
@@ -314,8 +328,7 @@ class LieGroup(ABC):
             raise ValueError(
                 f"{arg} must have trailing dimension {self.dim} (the {self.name} algebra), "
                 f"got shape {tuple(xi.shape)}")
-        if not xi.dtype.is_floating_point:
-            raise ValueError(f"{arg} must be a floating-point tensor, got {xi.dtype}")
+        self._check_dtype(xi, arg)
 
     def _check_mat(self, g: Tensor, arg: str, finite: bool = True) -> None:
         m = self.matrix_size
@@ -324,8 +337,7 @@ class LieGroup(ABC):
         if g.dim() < 2 or g.shape[-2:] != (m, m):
             raise ValueError(
                 f"{arg} must have trailing shape ({m}, {m}) for {self.name}, got {tuple(g.shape)}")
-        if not g.dtype.is_floating_point:
-            raise ValueError(f"{arg} must be a floating-point tensor, got {g.dtype}")
+        self._check_dtype(g, arg)
         if finite and not _is_compiling() and g.device.type != "meta" and not bool(torch.isfinite(g).all()):
             raise ValueError(f"{arg} contains non-finite entries (NaN or inf)")
 

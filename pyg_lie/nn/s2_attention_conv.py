@@ -99,14 +99,16 @@ class S2AttentionConv(MessagePassing):
         fused: bool = True,
     ) -> None:
         super().__init__(aggr="sum", node_dim=0)
-        if int(in_channels) <= 0:
-            raise ValueError(f"in_channels must be a positive integer, got {in_channels}")
-        if heads is None or int(heads) <= 0:
-            raise ValueError(f"heads (num_heads) must be a positive integer, got {heads}")
-        self.in_channels = int(in_channels)
-        self.heads = int(heads)
-        self.k_channels = self.in_channels if k_channels is None else int(k_channels)
-        self.out_channels = self.in_channels if out_channels is None else int(out_channels)
+        self.in_channels = checks.positive_int("in_channels", in_channels)
+        self.heads = checks.positive_int("heads (num_heads)", heads)
+        self.k_channels = self.in_channels if k_channels is None else checks.positive_int("k_channels", k_channels)
+        self.out_channels = (self.in_channels if out_channels is None
+                             else checks.positive_int("out_channels", out_channels))
+        if isinstance(scale, Tensor):
+            if not scale.is_floating_point() or not bool(torch.isfinite(scale).all()):
+                raise ValueError(f"scale must be a finite number or a finite floating-point tensor, got {scale!r}")
+        elif scale is not None:
+            scale = checks.finite_float("scale", scale, " (or None for 1 / sqrt(k_channels / heads))")
         if self.k_channels % self.heads != 0:
             raise ValueError(f"k_channels ({self.k_channels}) must be divisible by the number of heads "
                              f"({self.heads}); choose k_channels as a multiple of heads")

@@ -170,12 +170,15 @@ class S2NeighborhoodAttention(S2AttentionConv):
         out_channels: Optional[int] = None,
         optimized_kernel: bool = True,
     ) -> None:
-        if len(tuple(in_shape)) != 2 or len(tuple(out_shape)) != 2:
+        def pair(shape) -> bool:
+            return isinstance(shape, (tuple, list, torch.Size)) and len(shape) == 2
+
+        if not (pair(in_shape) and pair(out_shape)):
             raise ValueError(f"in_shape and out_shape must be (nlat, nlon) pairs, got {in_shape} and {out_shape}")
         _check_grid(grid_in, "grid_in")
         _check_grid(grid_out, "grid_out")
-        self.nlat_in, self.nlon_in = (int(s) for s in in_shape)
-        self.nlat_out, self.nlon_out = (int(s) for s in out_shape)
+        self.nlat_in, self.nlon_in = (checks.positive_int(f"in_shape[{i}]", v) for i, v in enumerate(in_shape))
+        self.nlat_out, self.nlon_out = (checks.positive_int(f"out_shape[{i}]", v) for i, v in enumerate(out_shape))
         self.upsample = (self.nlon_out % self.nlon_in == 0) and (self.nlon_in % self.nlon_out != 0)
         if not (self.nlon_in % self.nlon_out == 0 or self.upsample):
             raise ValueError(f"either nlon_in ({self.nlon_in}) must be an integer multiple of nlon_out "
@@ -195,9 +198,7 @@ class S2NeighborhoodAttention(S2AttentionConv):
                     theta_cutoff = compute_theta_cutoff(self.nlat_in, grid=grid_in)
                 else:
                     theta_cutoff = compute_theta_cutoff(self.nlat_out, grid=grid_out)
-        self.theta_cutoff = float(theta_cutoff)
-        if not self.theta_cutoff > 0.0:
-            raise ValueError(f"theta_cutoff has to be positive, got {theta_cutoff}")
+        self.theta_cutoff = checks.positive_float("theta_cutoff", theta_cutoff, " (radians; None for the grid's default)")
         # build once eagerly (also reports empty neighbourhoods at construction time)
         n_iso = self._graph("cpu")["graph"].num_isolated  # type: ignore[attr-defined]
         if n_iso > 0:

@@ -353,3 +353,42 @@ def test_bipartite_explainer_mask_equals_removal(kind):
     finally:
         clear_masks(layer)
     assert got.shape == (n_dst, 8) and torch.allclose(got, expected, atol=1e-12)
+
+
+class _ResidualModel(torch.nn.Module):
+    """A LieTransformer block written out at the top level, as to_hetero needs it (to_hetero
+    aggregates per target type only the outputs of MessagePassing modules; a LieTransformerBlock
+    inside a model comes out per edge type): LayerNorm and MLP per node type, attention per
+    edge type summed per target type, residuals per node type."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm1, self.norm2 = torch.nn.LayerNorm(8), torch.nn.LayerNorm(8)
+        self.att = LieSelfAttention(8, 8, "SE2", heads=2, kernel_dim=8)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.SiLU(), torch.nn.Linear(16, 8))
+
+    def forward(self, x, edge_index, g):
+        x = x + self.att(self.norm1(x), edge_index, g)
+        return x + self.mlp(self.norm2(x))
+
+
+def test_to_hetero_residual_block_model():
+    from torch_geometric.nn import to_hetero
+
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(10)
+    G = SE2()
+    n_atom, n_site = 9, 4
+    ei = {("atom", "near", "atom"): torch.randint(0, n_atom, (2, 25), generator=gen),
+          ("atom", "to", "site"): torch.stack([torch.randint(0, n_atom, (8,), generator=gen),
+                                               torch.arange(n_site).repeat(2)])}
+    model = to_hetero(_ResidualModel(), (["atom", "site"], list(ei)), aggr="sum").double()
+    x = {"atom": torch.randn(n_atom, 8, dtype=f64), "site": torch.randn(n_site, 8, dtype=f64)}
+    g = {"atom": G.random(n_atom, generator=gen, dtype=f64), "site": G.random(n_site, generator=gen, dtype=f64)}
+    out = model(x, ei, g)
+    assert out["atom"].shape == (n_atom, 8) and out["site"].shape == (n_site, 8)
+    sum(o.square().sum() for o in out.values()).backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+    u = G.random(1, generator=gen, dtype=f64)
+    moved = model(x, ei, {k: u @ v for k, v in g.items()})
+    assert all(torch.allclose(moved[k], out[k].detach(), atol=1e-10) for k in out)

@@ -78,6 +78,9 @@ def relative_log(group: LieGroup, g: Tensor, edge_index: Tensor,
 
     Returns:
         ``w (E, dim)`` and ``valid (E,)`` bool or ``None``.
+
+    For a bipartite graph pass the concatenated elements ``torch.cat([g_src, g_dst])`` and the
+    edges with the targets shifted by ``N_src`` (``edge_index[1] + N_src``), as the layer does.
     """
     if not group.has_chart_boundary:
         return group.relative_log(g, edge_index), None
@@ -243,7 +246,7 @@ class LieAlgebraAttention(MessagePassing):
         given = edge_index
         checks.edge_index(edge_index)
         if bipartite:
-            g_src, g_dst = g
+            g_src, g_dst, _ = node_pair("g", g)
             N_src, N_dst = x.size(0), (g_dst.shape[0] if isinstance(g_dst, Tensor) else 0)
             if x_dst is not None:
                 checks.node_features("x[1] (x_dst)", x_dst, self.in_channels, self.lin_value.weight)

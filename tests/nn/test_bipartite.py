@@ -230,6 +230,10 @@ def test_bipartite_input_errors():
         VectorTokenAttention(8, 8)(x, torch.tensor([[0], [3]]))
     with pytest.raises(ValueError, match="g must be a pair"):
         LieAlgebraAttention(8, 8, G)(x, ei, g[0])
+    with pytest.raises(ValueError, match="length 3"):
+        LieAlgebraAttention(8, 8, G)(x, ei, (*g, g[0]))
+    with pytest.raises(ValueError, match="length 3"):
+        layer(x, ei, (*g, g[0]))
 
 
 # ------------------------------------------------------------------------------- to_hetero

@@ -228,3 +228,115 @@ def test_install_is_idempotent_and_yields_to_an_existing_op(monkeypatch):
     monkeypatch.setattr(interop, "_pyg_radius_exists", lambda: True)
     monkeypatch.setattr(torch_geometric.typing, "WITH_RADIUS", False)
     assert enable_pyg_radius() is False and torch_geometric.typing.WITH_RADIUS is False
+
+
+# ----------------------------------------------------------------- torch.compile graph breaks
+def _compile_table():
+    """``{(call, mode): graph breaks}`` from the table of docs/pyg_tooling.md's ``torch.compile`` section."""
+    section = (ROOT / "docs" / "pyg_tooling.md").read_text().split("## `torch.compile`", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) == 4:
+            rows[(cells[0], cells[1])] = int(cells[2])
+    return rows
+
+
+def _points(n=12):
+    return torch.randn(n, 8), torch.randint(0, n, (2, 40)), SE2().random(n)
+
+
+def _lie_transformer(**kw):
+    from pyg_lie.models import LieTransformer
+    model = LieTransformer("SE2", 1, 16, 4, num_layers=2, heads=2, lift_samples=4, **kw)
+    return model, (torch.randn(20, 1), torch.randn(20, 2), torch.arange(2).repeat_interleave(10))
+
+
+def _case(call):
+    """The module and inputs of one row of the table (small sizes)."""
+    from pyg_lie import nn
+    if call == "`LieSelfAttention(x, edge_index, g)`":
+        return nn.LieSelfAttention(8, 8, "SE2", heads=2), _points(), {}
+    if call == "`LieTransformerBlock(x, edge_index, g)`":
+        return nn.LieTransformerBlock(8, "SE2", heads=2), _points(), {}
+    if call == "`LieAlgebraAttention(x, edge_index, g)`":
+        return nn.LieAlgebraAttention(8, 8, "SE2", heads=2), _points(), {}
+    if call == "`VectorTokenAttention(x, edge_index)`":
+        return nn.VectorTokenAttention(8, 8, heads=2), _points()[:2], {}
+    if call == "`S2AttentionConv(x, edge_index, quad_weights=w)`":
+        pos = torch.nn.functional.normalize(torch.randn(60, 3), dim=-1)
+        return (nn.S2AttentionConv(8, 8, heads=2), (torch.randn(60, 8), neighbors.geodesic_radius_graph(pos, 0.6)),
+                {"quad_weights": torch.full((60,), 4 * math.pi / 60)})
+    if call == "`S2NeighborhoodAttention(x)`":
+        return nn.S2NeighborhoodAttention(4, (8, 16), (8, 16), num_heads=2), (torch.randn(1, 4, 8, 16),), {}
+    if call == "`EquivariantSelfAttention(x, edge_index)`":
+        from pyg_lie.vit import EquivariantSelfAttention
+        from pyg_lie.vit.field_type import FieldType
+        V = FieldType.regular("C4", 2)
+        return EquivariantSelfAttention(V, heads=1), (torch.randn(12, V.dim), torch.randint(0, 12, (2, 40))), {}
+    if call == "`LieTransformer(x, pos, batch)`":
+        return (*_lie_transformer(), {})
+    if call == "`LieTransformer(x, pos, batch, num_graphs=2)`":
+        return (*_lie_transformer(), {"num_graphs": 2})
+    if call == '`LieTransformer(x, pos, batch)`, `lift="finite"`':
+        return (*_lie_transformer(lift="finite"), {})
+    if call.startswith("`LieAlgebraTransformer("):
+        from pyg_lie.models import LieAlgebraTransformer
+        from pyg_lie.neighbors import complete_graph
+        g, batch = SE2().random(12), torch.arange(2).repeat_interleave(6)
+        model = LieAlgebraTransformer("SE2", 16, 2, 2)
+        if call == "`LieAlgebraTransformer(g, edge_index, batch, num_graphs=2)`":
+            return model, (g, complete_graph(batch), batch), {"num_graphs": 2}
+        if call == "`LieAlgebraTransformer(g, batch=batch)`":
+            return model, (g,), {"batch": batch}
+    if call == "`EquivariantViT(images)`":
+        from pyg_lie.models import EquivariantViT
+        model = EquivariantViT("C4", img_size=8, patch_size=4, num_classes=3, depth=1, heads=1, in_channels=1)
+        return model, (torch.randn(2, 1, 8, 8),), {}
+    raise KeyError(f"docs/pyg_tooling.md's torch.compile table has a row this test does not know: {call}")
+
+
+def test_compile_table_is_complete():
+    rows = _compile_table()
+    assert len(rows) >= 15 and {mode.split(",")[0] for _, mode in rows} == {"train", "eval"}
+    assert {mode.partition(", ")[2] for _, mode in rows} == {"", "after a call"}
+    for call, _ in rows:
+        _case(call)  # every row is one this test measures
+    for name in ("LieSelfAttention", "LieTransformerBlock", "LieAlgebraAttention", "VectorTokenAttention",
+                 "S2AttentionConv", "S2NeighborhoodAttention", "EquivariantSelfAttention", "LieTransformer",
+                 "LieAlgebraTransformer", "EquivariantViT"):
+        assert any(call.startswith(f"`{name}(") for call, _ in rows), f"no row for {name}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("call, mode", sorted(_compile_table()))
+def test_graph_breaks_are_as_documented(call, mode):
+    torch.manual_seed(0)
+    model, args, kwargs = _case(call)
+    model.train(mode.split(",")[0] == "train")
+    if mode.endswith("after a call"):
+        with torch.no_grad():
+            model(*args, **kwargs)
+    torch._dynamo.reset()
+    try:
+        explained = torch._dynamo.explain(model)(*args, **kwargs)
+    finally:
+        torch._dynamo.reset()
+    reasons = [r.reason.strip().splitlines()[0] for r in explained.break_reasons]
+    assert explained.graph_break_count == _compile_table()[(call, mode)], (
+        f"{call} ({mode}): {explained.graph_break_count} graph breaks, docs/pyg_tooling.md says "
+        f"{_compile_table()[(call, mode)]}; update the table if the change is meant: {reasons}")
+
+
+def test_torchscript_is_not_supported():
+    """The support table says no (PyG deprecated TorchScript); if scripting starts to work, update it."""
+    import warnings
+    from pyg_lie.models import LieTransformer
+    from pyg_lie.nn import LieAlgebraAttention, LieSelfAttention, S2AttentionConv
+    for model in (LieSelfAttention(8, 8, "SE2", heads=2), LieAlgebraAttention(8, 8, "SE2", heads=2),
+                  S2AttentionConv(8, 8, heads=2), LieTransformer("SE2", 1, 8, 2, num_layers=1, heads=2)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.raises(Exception):
+                torch.jit.script(model)
+    assert "| TorchScript (`torch.jit.script`) | no:" in (ROOT / "docs" / "pyg_tooling.md").read_text()

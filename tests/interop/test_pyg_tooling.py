@@ -124,6 +124,20 @@ def test_importing_pyg_lie_leaves_pyg_unpatched():
         for name in ("enable_pyg_radius", "pyg_radius", "register_graphgym"):
             getattr(pyg_lie, name)
         assert state() == before
+        try:
+            import yacs  # noqa: F401  (GraphGym's config)
+        except ImportError:
+            pass
+        else:  # registering the GraphGym layers leaves PyG alone; a config with a radius graph enables it
+            from pyg_lie.graphgym import lift_transform
+            pyg_lie.register_graphgym()
+            assert state() == before
+            from torch_geometric.graphgym.config import cfg
+            lift_transform(cfg)
+            assert state() == before  # radius 0: the dataset's edges
+            cfg.pyg_lie.radius = 1.0
+            lift_transform(cfg)
+            assert tt.WITH_RADIUS and hasattr(torch.ops.pyg, "radius")
         print(imported, len(names))
     """)
     imported, total = map(int, out.split())

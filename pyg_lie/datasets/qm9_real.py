@@ -148,6 +148,19 @@ def _skeleton(Chem, z: np.ndarray, bonded: np.ndarray):
     return mol, len(rows)
 
 
+def _orders_ambiguous(Chem, query, bonds) -> bool:
+    """Whether a symmetry of the bond graph maps a bond onto one of another order (then the
+    geometry decides which is which)."""
+    query.UpdatePropertyCache(strict=False)
+    rank = list(Chem.CanonicalRankAtoms(query, breakTies=False))
+    kinds = {}
+    for b in bonds:
+        key = tuple(sorted((rank[b.GetBeginAtomIdx()], rank[b.GetEndAtomIdx()])))
+        if kinds.setdefault(key, b.GetBondType()) != b.GetBondType():
+            return True
+    return False
+
+
 def _bonded_molecule(Chem, smiles: str, z: np.ndarray, pos: np.ndarray, name: str):
     """The RDKit molecule of ``smiles`` (with hydrogens) renumbered to the atoms of the geometry."""
     mol = Chem.MolFromSmiles(smiles)
@@ -167,21 +180,30 @@ def _bonded_molecule(Chem, smiles: str, z: np.ndarray, pos: np.ndarray, name: st
     r = _RADIUS[z]
     ratio = np.sqrt(((pos[:, None, :] - pos[None, :, :]) ** 2).sum(-1)) / (r[:, None] + r[None, :])
     np.fill_diagonal(ratio, np.inf)
+    bonds = list(mol.GetBonds())
+    pairs = np.array([(b.GetBeginAtomIdx(), b.GetEndAtomIdx()) for b in bonds], dtype=np.int64).reshape(-1, 2)
+    orders = np.array([b.GetBondTypeAsDouble() for b in bonds])
+
+    def shortest(matches):  # the embedding whose bonds, weighted by their order, are shortest
+        m = np.array(matches)
+        return matches[int((orders * ratio[m[:, pairs[:, 0]], m[:, pairs[:, 1]]]).sum(1).argmin())]
+
     match = ()
     for factor in _FACTORS:
-        skeleton, num_bonds = _skeleton(Chem, z, ratio < factor)
-        if num_bonds == mol.GetNumBonds():
+        bonded = ratio < factor
+        if int(np.triu(bonded, 1).sum()) == len(bonds):
+            skeleton = _skeleton(Chem, z, bonded)[0]
             match = skeleton.GetSubstructMatch(query)
             if match:
+                if _orders_ambiguous(Chem, query, bonds):  # e.g. a carboxylate's two C-O bonds
+                    match = shortest(skeleton.GetSubstructMatches(query, uniquify=False, maxMatches=100_000))
                 break
-    if not match:  # among the embeddings into a looser graph, the one with the shortest bonds
-        pairs = np.array([(b.GetBeginAtomIdx(), b.GetEndAtomIdx()) for b in mol.GetBonds()]).reshape(-1, 2)
+    if not match:  # the geometry stretches a bond: embed into a looser graph
         for factor in _LOOSE_FACTORS:
             matches = _skeleton(Chem, z, ratio < factor)[0].GetSubstructMatches(query, uniquify=False,
-                                                                                maxMatches=10000)
+                                                                                maxMatches=100_000)
             if matches:
-                m = np.array(matches)
-                match = matches[int(ratio[m[:, pairs[:, 0]], m[:, pairs[:, 1]]].sum(1).argmin())]
+                match = shortest(matches)
                 break
     if not match:
         raise ValueError(f"QM9 {name}: the bonds of the SMILES {smiles!r} do not fit the geometry")

@@ -141,6 +141,18 @@ def test_known_molecules(ds):
     assert pyrrole.x[pyrrole.z == 7, 10].tolist() == [1]  # the N-H
 
 
+def test_symmetric_bonds_take_their_orders_from_the_geometry():
+    """gdb_1670 (CC(C[NH3+])C([O-])=O): the graph cannot tell the carboxylate's oxygens apart; its
+    double bond goes to the shorter C-O bond (the first match of the graph alone puts it on the longer)."""
+    from pyg_lie.datasets.qm9_real import _molecule, _rdkit, _read_rows, qm9pack_data_dir
+    row = next(r for r in _read_rows(qm9pack_data_dir(), 1700) if int(r.Index) == 1670)
+    d = _molecule(row, _rdkit())
+    i, j = d.edge_index
+    co = (d.z[i] == 6) & (d.z[j] == 8)
+    length, kind = (d.pos[i] - d.pos[j]).norm(dim=-1)[co], d.edge_attr[co].argmax(1)
+    assert sorted(kind.tolist()) == [0, 1] and bool(length[kind == 1] < length[kind == 0] - 0.01)
+
+
 def test_a_stretched_bond_is_still_found():
     """A geometry whose bond is longer than the connectivity threshold (as in two QM9 molecules): the
     SMILES's bonds embed into a looser graph, with the shortest bonds."""

@@ -21,6 +21,21 @@ def nonnegative_int(name: str, value: Any) -> int:
     return _int(name, value, 0, "an int >= 0")
 
 
+#: the largest size (a width, a count of layers, heads, classes or samples) that the size
+#: checks take: beyond it the tensors it shapes exceed any memory (and torch's size arithmetic)
+MAX_SIZE = 1 << 20
+
+
+def size(name: str, value: Any, low: int = 1, high: int = MAX_SIZE) -> int:
+    """``value`` as an int in ``[low, high]`` (a width or a count that shapes tensors or loops):
+    a ``ValueError`` naming ``name`` instead of an overflow deep in torch, a MemoryError or a
+    loop that never ends."""
+    v = _int(name, value, low, f"an int >= {low}" if low else "an int >= 0")
+    if v > high:
+        raise ValueError(f"{name} must be at most {high} (larger sizes exceed any memory), got {value!r}")
+    return v
+
+
 def _int(name: str, value: Any, low: int, what: str) -> int:
     try:
         v = None if isinstance(value, bool) else operator.index(value)

@@ -238,7 +238,7 @@ def _check_k(k) -> Optional[int]:
         return None
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
         raise ValueError(f"max_num_neighbors must be None (no truncation) or an int >= 0, got {k!r}")
-    return int(k)
+    return min(int(k), 1 << 62)  # beyond any point count; keeps comparisons in int64
 
 
 def _check_unit(pos: Tensor, name: str) -> None:
@@ -693,7 +693,7 @@ def knn_graph(pos: Tensor, k: int, batch: Optional[Tensor] = None, loop: bool = 
     _check_points(pos, "pos")
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
         raise ValueError(f"k must be an int >= 0, got {k!r}")
-    k = int(k)
+    k = min(int(k), pos.size(0))  # the same graph: no point has more neighbours (and k stays an int64)
     batch = _check_batch(batch, pos.size(0), pos.device, "batch", "pos")
     be = resolve_backend(backend, pos.device)
     if pos.size(0) == 0 or k == 0:
@@ -886,6 +886,8 @@ def log_knn_graph(group: Union[str, LieGroup], g: Tensor, k: int, batch: Optiona
     """
     group = get_group(group)
     k = positive_int("k", k)
+    if isinstance(g, Tensor) and g.dim() == 3:
+        k = min(k, max(g.shape[0], 1))  # the same graph: no element has more neighbours
     return _log_graph(group, g, batch, self_loops, chunk, chart, k=k, r=None, method=method)
 
 

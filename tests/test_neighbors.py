@@ -518,6 +518,12 @@ def test_radius_near_the_float_limits_is_exact():
     assert radius_graph(pos, 5e-324).shape[1] == 0
     assert radius_graph(pos, 0.0, loop=True).shape[1] == 3
     assert knn_graph(pos, 10 ** 18).shape[1] == 6  # k beyond the cloud: every other point
+    assert knn_graph(pos, 10 ** 30).shape[1] == 6 and radius_graph(pos, 9.0, max_num_neighbors=10 ** 30).shape[1] == 6
+    from pyg_lie.groups import get_group
+    from pyg_lie.neighbors import log_knn_graph
+    g = get_group("SE2").random(3)
+    for method in ("brute", "embedding"):
+        assert torch.equal(log_knn_graph("SE2", g, 10 ** 30, method=method), log_knn_graph("SE2", g, 2, method=method))
     with pytest.raises(ValueError, match="k must be an int >= 0"):
         knn_graph(pos, -1)
     with pytest.raises(ValueError, match="max_num_neighbors"):

@@ -142,16 +142,19 @@ class EquivariantViT(nn.Module):
             raise ValueError(f"group: {G.name} is not supported on grid={grid!r}; choose one of {allowed}"
                              + (" or use grid='hex'" if grid == "square" and G.name in HEX_GROUPS else "")
                              + (" or use grid='square'" if grid != "square" and G.name in SQUARE_GROUPS else ""))
-        img_size = checks.positive_int("img_size", img_size)
-        patch_size = checks.positive_int("patch_size", patch_size)
+        img_size = checks.size("img_size", img_size, high=1 << 14)  # the grid tables hold img_size^2 pixels
+        patch_size = checks.size("patch_size", patch_size, high=1 << 14)
         if in_channels is not None:
-            in_channels = checks.positive_int("in_channels", in_channels)
-        num_classes = checks.positive_int("num_classes", num_classes)
-        depth = checks.nonnegative_int("depth", depth)
-        heads = checks.positive_int("heads", heads)
-        channels = checks.positive_int("channels", channels)
+            in_channels = checks.size("in_channels", in_channels)
+        num_classes = checks.size("num_classes", num_classes)
+        depth = checks.size("depth", depth, low=0, high=1 << 12)
+        heads = checks.size("heads", heads)
+        channels = checks.size("channels", channels, high=1 << 14)
         mlp_ratio = checks.positive_float("mlp_ratio", mlp_ratio)
-        patches_side = checks.positive_int("patches_side", patches_side)
+        if mlp_ratio * channels > 1 << 14:
+            raise ValueError(f"mlp_ratio * channels must be at most {1 << 14} (the MLP's G-set copies), got "
+                             f"{mlp_ratio} * {channels}")
+        patches_side = checks.size("patches_side", patches_side, high=1 << 10)
         attn_radius = checks.optional_length("attn_radius", attn_radius, "the complete patch graph")
         attn_dropout = checks.probability("attn_dropout", attn_dropout)
         drop_path = drop_path_rate("drop_path", drop_path)

@@ -126,10 +126,10 @@ class _TokenTransformer(nn.Module):
         self.head = head
         self.group = get_group(group)
         for name, v in (("hidden_channels", hidden_channels), ("num_layers", num_layers), ("heads", heads)):
-            positive_int(name, v)
+            _checks.size(name, v)
         if hidden_channels % heads:
             raise ValueError(f"hidden_channels ({hidden_channels}) must be divisible by heads ({heads})")
-        in_channels = _checks.nonnegative_int("in_channels (0: no node feature)", in_channels)
+        in_channels = _checks.size("in_channels (0: no node feature)", in_channels, low=0)
         if k is not None:
             try:
                 k = positive_int("k", k)

@@ -188,7 +188,7 @@ class Lift(torch.nn.Module):
         self.group = get_group(group)
         if mode not in LIFT_MODES:
             raise ValueError(f"mode must be one of {LIFT_MODES}, got {mode!r}")
-        num_samples = positive_int("num_samples", num_samples)
+        num_samples = checks.size("num_samples", num_samples)
         trivial = self.group.stabilizer_dim == 0
         if trivial and (num_samples != 1 or subgroup is not None):
             raise ValueError(

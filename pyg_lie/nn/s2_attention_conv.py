@@ -99,11 +99,10 @@ class S2AttentionConv(MessagePassing):
         fused: bool = True,
     ) -> None:
         super().__init__(aggr="sum", node_dim=0)
-        self.in_channels = checks.positive_int("in_channels", in_channels)
-        self.heads = checks.positive_int("heads (num_heads)", heads)
-        self.k_channels = self.in_channels if k_channels is None else checks.positive_int("k_channels", k_channels)
-        self.out_channels = (self.in_channels if out_channels is None
-                             else checks.positive_int("out_channels", out_channels))
+        self.in_channels = checks.size("in_channels", in_channels)
+        self.heads = checks.size("heads (num_heads)", heads)
+        self.k_channels = self.in_channels if k_channels is None else checks.size("k_channels", k_channels)
+        self.out_channels = self.in_channels if out_channels is None else checks.size("out_channels", out_channels)
         if isinstance(scale, Tensor):
             if not scale.is_floating_point() or not bool(torch.isfinite(scale).all()):
                 raise ValueError(f"scale must be a finite number or a finite floating-point tensor, got {scale!r}")

@@ -177,8 +177,8 @@ class S2NeighborhoodAttention(S2AttentionConv):
             raise ValueError(f"in_shape and out_shape must be (nlat, nlon) pairs, got {in_shape} and {out_shape}")
         _check_grid(grid_in, "grid_in")
         _check_grid(grid_out, "grid_out")
-        self.nlat_in, self.nlon_in = (checks.positive_int(f"in_shape[{i}]", v) for i, v in enumerate(in_shape))
-        self.nlat_out, self.nlon_out = (checks.positive_int(f"out_shape[{i}]", v) for i, v in enumerate(out_shape))
+        self.nlat_in, self.nlon_in = (checks.size(f"in_shape[{i}]", v) for i, v in enumerate(in_shape))
+        self.nlat_out, self.nlon_out = (checks.size(f"out_shape[{i}]", v) for i, v in enumerate(out_shape))
         self.upsample = (self.nlon_out % self.nlon_in == 0) and (self.nlon_in % self.nlon_out != 0)
         if not (self.nlon_in % self.nlon_out == 0 or self.upsample):
             raise ValueError(f"either nlon_in ({self.nlon_in}) must be an integer multiple of nlon_out "

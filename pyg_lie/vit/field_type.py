@@ -40,7 +40,7 @@ class FieldType:
         for k, v in multiplicities.items():
             if k not in names:
                 raise ValueError(f"multiplicities: {self.group.name} has no irrep {k!r} (irreps: {sorted(names)})")
-            _checks.nonnegative_int(f"multiplicities: C_{k}", v)
+            _checks.size(f"multiplicities: C_{k}", v, low=0)
         self.mult: dict[str, int] = {r.name: int(multiplicities.get(r.name, 0)) for r in self.group.irreps}
         self.blocks: list[tuple[Irrep, int, slice]] = []
         off = 0
@@ -55,12 +55,12 @@ class FieldType:
     def regular(cls, group: Union[str, FiniteO2Group], copies: int = 1) -> "FieldType":
         """``copies`` copies of the regular representation (``C_rho = copies d_rho / dim End``)."""
         g = o2_group(group)
-        return cls(g, g.regular_multiplicities(_checks.nonnegative_int("copies", copies)))
+        return cls(g, g.regular_multiplicities(_checks.size("copies", copies, low=0)))
 
     @classmethod
     def trivial(cls, group: Union[str, FiniteO2Group], channels: int) -> "FieldType":
         g = o2_group(group)
-        return cls(g, {g.irreps[0].name: _checks.nonnegative_int("channels", channels)})
+        return cls(g, {g.irreps[0].name: _checks.size("channels", channels, low=0)})
 
     # --------------------------------------------------------------- utilities
     def __repr__(self) -> str:

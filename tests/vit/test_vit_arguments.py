@@ -22,7 +22,8 @@ SMALL = dict(group="C4", img_size=8, patch_size=4, depth=2, heads=1, channels=1,
     ("mlp_ratio", 0.0), ("mlp_ratio", math.nan), ("patches_side", 0), ("attn_radius", -5),
     ("attn_radius", math.nan), ("attn_radius", math.inf), ("attn_dropout", -0.5), ("attn_dropout", 1.0),
     ("drop_path", -0.1), ("drop_path", 1.5), ("drop_path", math.nan), ("head_dropout", 2.0),
-    ("attention", "dense"),
+    ("attention", "dense"), ("img_size", 10 ** 30), ("depth", 10 ** 30), ("channels", 10 ** 30),
+    ("num_classes", 10 ** 30), ("mlp_ratio", 1e30), ("patches_side", 10 ** 30),
 ])
 def test_equivariant_vit_bad_argument_names_itself(name, value):
     with pytest.raises(ValueError, match=name):

@@ -18,7 +18,9 @@ locates the package's data folder and never imports the package, whose
   sanitized by RDKit, so aromatic rings have aromatic bonds), put on the atoms of the XYZ
   file by matching the SMILES's graph onto the geometry's connectivity (atoms closer than
   1.3 times the sum of their covalent radii; tighter or, for the two molecules whose
-  relaxed geometry stretches a bond, looser when the graphs differ);
+  relaxed geometry stretches a bond, looser when the graphs differ). Where a symmetry of the
+  graph leaves the orders open (a carboxylate's two C-O bonds), the shorter bond gets the
+  higher order;
 * ``x (N, 11)`` PyG's atom-feature layout: one-hot ``H C N O F``, atomic
   number, aromatic, sp, sp2, sp3 (RDKit's perception of the SMILES's molecule) and the
   number of bonded hydrogens;

@@ -41,6 +41,7 @@ from typing import Dict, List
 import torch
 
 from ..cli.types import nonnegative_int, positive_float, positive_int
+from ..training._atomic import atomic_open
 from .lie_sequence import GROUP_CHOICES, MODEL_LETTER, PAPER
 
 FACTORS = ("base", "paper-coords", "init-low", "init-high", "small-steps", "long")
@@ -130,7 +131,7 @@ def run_grid(args) -> Dict[str, Dict[str, List[dict]]]:
                 else:
                     run = run_one(args.group, score, seed, factor_args(args, factor), progress=not args.no_progress)
                     run = {k: v for k, v in run.items() if k != "losses"} | {"losses": run["losses"][::10]}
-                    with open(path, "w") as f:
+                    with atomic_open(path, "w") as f:  # read back by the next run: never half written
                         json.dump(run, f)
                 print(f"{args.group} {factor:12s} {MODEL_LETTER[score]} seed {seed}: pose error "
                       f"{run['pose_error']:.2e}, final loss {run['final_loss']:.2e}, {run['train_time_s']:.0f} s",

@@ -169,20 +169,23 @@ def _bonded_molecule(Chem, smiles: str, z: np.ndarray, pos: np.ndarray, name: st
     if mol is None:
         raise ValueError(f"QM9 {name}: RDKit cannot parse the SMILES {smiles!r}")
     mol = Chem.AddHs(mol)
-    if sorted(a.GetAtomicNum() for a in mol.GetAtoms()) != sorted(z.tolist()):
+    n, num_bonds = mol.GetNumAtoms(), mol.GetNumBonds()  # index loops: RDKit's sequences are slow
+    if sorted(mol.GetAtomWithIdx(i).GetAtomicNum() for i in range(n)) != sorted(z.tolist()):
         raise ValueError(f"QM9 {name}: the SMILES {smiles!r} has other atoms than the geometry")
     query = Chem.RWMol(mol)  # the bond graph alone: orders, aromaticity and charges left out
-    for bond in query.GetBonds():
+    for k in range(num_bonds):
+        bond = query.GetBondWithIdx(k)
         bond.SetBondType(Chem.BondType.SINGLE)
         bond.SetIsAromatic(False)
-    for atom in query.GetAtoms():
+    for i in range(n):
+        atom = query.GetAtomWithIdx(i)
         atom.SetFormalCharge(0)
         atom.SetIsAromatic(False)
         atom.SetNoImplicit(True)
     r = _RADIUS[z]
     ratio = np.sqrt(((pos[:, None, :] - pos[None, :, :]) ** 2).sum(-1)) / (r[:, None] + r[None, :])
     np.fill_diagonal(ratio, np.inf)
-    bonds = list(mol.GetBonds())
+    bonds = [mol.GetBondWithIdx(k) for k in range(num_bonds)]
     pairs = np.array([(b.GetBeginAtomIdx(), b.GetEndAtomIdx()) for b in bonds], dtype=np.int64).reshape(-1, 2)
     orders = np.array([b.GetBondTypeAsDouble() for b in bonds])
 
@@ -215,23 +218,22 @@ def _bonded_molecule(Chem, smiles: str, z: np.ndarray, pos: np.ndarray, name: st
     return Chem.RenumberAtoms(mol, order)
 
 
-_BOND_INDEX = {name: i for i, name in enumerate(BOND_TYPES)}
-_HYBRID = {"SP": 7, "SP2": 8, "SP3": 9}  # columns of x
-
-
 def _bonds_and_features(Chem, mol, x: np.ndarray, name: str):
     """Fill the aromatic / hybridization / hydrogen-count columns of ``x``; return
     ``edge_index (2, E)``, ``edge_attr (E, 4)`` and the SMILES, laid out as PyG's QM9."""
     n = x.shape[0]
-    for atom in mol.GetAtoms():
-        i = atom.GetIdx()
+    bond_index = {getattr(Chem.BondType, t): i for i, t in enumerate(BOND_TYPES)}
+    hybrid = {Chem.HybridizationType.SP: 7, Chem.HybridizationType.SP2: 8, Chem.HybridizationType.SP3: 9}
+    for i in range(n):  # index loops: RDKit's atom and bond sequences are slow to iterate
+        atom = mol.GetAtomWithIdx(i)
         x[i, 6] = float(atom.GetIsAromatic())
-        column = _HYBRID.get(str(atom.GetHybridization()))
+        column = hybrid.get(atom.GetHybridization())
         if column is not None:
             x[i, column] = 1.0
     ends, types = [], []
-    for bond in mol.GetBonds():
-        kind = _BOND_INDEX.get(str(bond.GetBondType()))
+    for k in range(mol.GetNumBonds()):
+        bond = mol.GetBondWithIdx(k)
+        kind = bond_index.get(bond.GetBondType())
         if kind is None:
             raise ValueError(f"QM9 {name}: bond type {bond.GetBondType()} is none of {BOND_TYPES}")
         ends.append((bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()))

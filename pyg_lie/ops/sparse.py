@@ -239,7 +239,19 @@ def _native_softmax_ok(dim: int, *ts: Tensor) -> bool:
         and nat.segment_softmax_supported(*ts)
 
 
+def _cpu_pointer(ptr: Tensor, num_items: int) -> None:
+    """CPU pointers are checked in the operator itself (no device sync there), so that a
+    direct ``torch.ops.pyg_lie`` call or a compiled graph never hands a bad one to
+    ``segment_reduce(unsafe=True)`` or the native kernel."""
+    if ptr.device.type == "cpu":
+        from .._checks import pointer_values
+        if ptr.numel() < 1:
+            raise ValueError("ptr must be a CSR pointer with at least one entry (num_segments + 1)")
+        pointer_values("ptr", ptr, num_items)
+
+
 def _segment_softmax_impl(s: Tensor, ptr: Tensor, dim: int) -> Tensor:
+    _cpu_pointer(ptr, s.shape[dim])
     s = s.contiguous()
     which = _backend.choose("segment_softmax", s.device, lambda: _native_softmax_ok(dim, s), _no_triton)
     if which == "native":
@@ -259,6 +271,7 @@ def _(s, ptr, dim):
 
 
 def _segment_softmax_backward_impl(g: Tensor, w: Tensor, ptr: Tensor, dim: int) -> Tensor:
+    _cpu_pointer(ptr, w.shape[dim])
     g, w = g.contiguous(), w.contiguous()
     which = _backend.choose("segment_softmax_backward", w.device, lambda: _native_softmax_ok(dim, g, w), _no_triton)
     if which == "native":
@@ -308,9 +321,10 @@ _SegmentSoftmax = eager_function("_SegmentSoftmax", _segment_softmax_impl, _soft
 def segment_softmax(s: Tensor, ptr: Tensor, dim: int = 1, *, validate: Optional[bool] = None) -> Tensor:
     """Softmax of the 2-D ``s`` over the segments ``ptr[i] .. ptr[i + 1] - 1`` along ``dim``
     (``s (R, E)`` with ``dim=1``: every row separately; ``s (E, C)`` with ``dim=0``: every
-    column separately). ``ptr (N + 1,)`` is a CSR pointer from 0 to ``E``, non-decreasing;
-    ``validate`` checks it (``None``, the default: for CPU tensors, whatever the dtype; on a GPU
-    the check costs a device synchronisation, pass ``True`` for pointers of unknown origin). A
+    column separately). ``ptr (N + 1,)`` is a CSR pointer from 0 to ``E``, non-decreasing:
+    checked on CPU whatever the dtype (by the operator itself, ``torch.ops.pyg_lie`` calls
+    included); on a GPU only with ``validate=True`` (the check costs a device
+    synchronisation: pass it for pointers of unknown origin). A
     segment whose largest score is ``-inf`` gives NaN, as torch's softmax does. Differentiable,
     twice."""
     from .._checks import pointer_values
@@ -323,6 +337,6 @@ def segment_softmax(s: Tensor, ptr: Tensor, dim: int = 1, *, validate: Optional[
     same_device(s=s, ptr=ptr)
     if ptr.numel() < 1:
         raise ValueError("ptr must be a CSR pointer with at least one entry (num_segments + 1)")
-    if validating(validate, s, ptr):
+    if ptr.device.type != "cpu" and validating(validate, s, ptr):  # CPU: checked in the operator
         pointer_values("ptr", ptr, s.shape[dim])
     return _SegmentSoftmax.apply(s, ptr, dim) if _backend.direct(s, ptr) else _segment_softmax_op(s, ptr, dim)

@@ -144,3 +144,15 @@ def test_se2_relative_log_checks_cut_and_indices():
     with pytest.raises(ValueError, match="edge_index"):
         ops.se2_relative_log(g, torch.tensor([[0, 3], [1, 2]]))
     assert torch.isfinite(ops.se2_relative_log(g, ei, -3.0)).all()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_registered_segment_softmax_checks_cpu_pointers_too(dtype):
+    """A direct ``torch.ops.pyg_lie`` call (and so a compiled graph) never hands a shifted
+    pointer to ``segment_reduce(unsafe=True)`` (a segmentation fault in float64) or the kernel."""
+    s = torch.randn(1, 5, dtype=torch.float64).to(dtype)
+    for ptr in ([10 ** 12, 10 ** 12 + 2, 10 ** 12 + 5], [2, 4, 5], [0, 9, 5]):
+        with pytest.raises(ValueError, match="ptr"):
+            torch.ops.pyg_lie.segment_softmax(s, torch.tensor(ptr), 1)
+        with pytest.raises(ValueError, match="ptr"):
+            torch.ops.pyg_lie.segment_softmax_backward(s, s, torch.tensor(ptr), 1)

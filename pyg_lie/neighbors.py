@@ -785,6 +785,7 @@ def complete_graph(batch: Optional[Tensor] = None, self_loops: bool = True, *,
         if num_nodes is None:
             raise ValueError("complete_graph needs batch (one graph id per node) or num_nodes (one graph)")
         N = nonnegative_int("num_nodes", num_nodes)
+        checks.int64_size("the complete graph's edge count (num_nodes^2)", N * N)
         batch = torch.zeros(N, dtype=torch.long)
     else:
         if num_nodes is not None and (not isinstance(batch, Tensor) or batch.numel() != num_nodes):

@@ -528,3 +528,12 @@ def test_radius_near_the_float_limits_is_exact():
         knn_graph(pos, -1)
     with pytest.raises(ValueError, match="max_num_neighbors"):
         radius_graph(pos, 1.0, max_num_neighbors=-3)
+
+
+def test_complete_graph_sizes_beyond_int64_are_refused():
+    from pyg_lie.neighbors import complete_graph
+    with pytest.raises(ValueError, match=r"num_nodes\^2"):
+        complete_graph(num_nodes=2 ** 32)
+    with pytest.raises(ValueError, match="num_nodes"):
+        complete_graph(num_nodes=-1)
+    assert complete_graph(num_nodes=3).shape == (2, 9)

@@ -329,6 +329,8 @@ def _search(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor], batch_y: 
         if 4.0 * d * diameter * diameter > torch.finfo(sdt).max:  # squares would overflow
             sdt = torch.float64
         rc = _candidate_radius(r, sdt, d, diameter)
+        if backend == "kdtree" and not math.isfinite((2.0 * rc + 1.0 + diameter) ** 2 * (d + 1)):
+            backend = "cdist"  # extents near the float limits: the tree's distances would overflow
         fn = {"kdtree": _cand_kdtree, "torch_cluster": _cand_torch_cluster,
               "cdist": _cand_cdist}[backend]
         src, tgt = fn(xs.to(sdt), ys.to(sdt), gx, gy, num_graphs, rc, same)
@@ -710,6 +712,8 @@ def _knn_kdtree(pos: Tensor, k: int, batch: Optional[Tensor], loop: bool) -> Ten
     from scipy.spatial import cKDTree
 
     N = pos.size(0)
+    if not math.isfinite(_diameter(pos, pos) ** 2 * (pos.size(1) + 1)):  # the tree's distances would overflow
+        return _search(pos, pos, math.inf, batch, batch, True, loop, k, "cdist", all_pairs=True)
     P = pos.detach().to("cpu", torch.float64).numpy()
     if batch is None:
         gid = np.zeros(N, dtype=np.int64)
@@ -955,6 +959,10 @@ def _log_graph(group: LieGroup, g: Tensor, batch: Optional[Tensor], self_loops: 
         batch = torch.unique_consecutive(batch, return_inverse=True)[1]
     counts = torch.bincount(batch) if N else batch.new_zeros(0)
     lne = _resolve_method(method, group, g, int(counts.max()) if N else 0)
+    if lne is not None and N:
+        e = lne.embedding.detach().double()
+        if not math.isfinite(float((e.max(0).values - e.min(0).values).norm()) ** 2 * (e.shape[1] + 2)):
+            lne = None  # extents near the float limits: the tree's distances would overflow; all pairs
     if lne is not None:
         if k is not None:
             return _embedding_knn(group, g, lne, batch, counts, k, self_loops, chunk, chart)

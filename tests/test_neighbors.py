@@ -537,3 +537,23 @@ def test_complete_graph_sizes_beyond_int64_are_refused():
     with pytest.raises(ValueError, match="num_nodes"):
         complete_graph(num_nodes=-1)
     assert complete_graph(num_nodes=3).shape == (2, 9)
+
+
+@pytest.mark.parametrize("scale", [1e200, 1e308])
+def test_kdtree_paths_on_extents_near_the_float_limits_equal_all_pairs(scale):
+    """The k-d tree paths (scipy's distances overflow there) give the all-pairs result instead of
+    scipy's 'data must be finite' / 'floating point overflow' errors."""
+    from pyg_lie.groups import get_group
+    from pyg_lie.neighbors import knn_graph, log_knn_graph, log_radius_graph
+    pos = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [1e-300, 1e-300], [0.5, 0.25]], dtype=torch.float64) * scale
+    pos[3] = torch.tensor([1.0, 1.0], dtype=torch.float64)
+    batch = torch.tensor([0, 0, 0, 1, 1])
+    for b in (None, batch):
+        assert torch.equal(knn_graph(pos, 2, b), knn_graph(pos, 2, b, backend="cdist"))
+        for r in (1.0, scale, 1.7976931348623157e308):
+            assert torch.equal(radius_graph(pos, r, b, backend="kdtree"), radius_graph(pos, r, b, backend="cdist"))
+    g = get_group("SE2").random(5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    g[:, :2, 2] = pos.clamp(-1e200, 1e200)
+    assert torch.equal(log_knn_graph("SE2", g, 2, batch, method="embedding"), log_knn_graph("SE2", g, 2, batch, method="brute"))
+    assert torch.equal(log_radius_graph("SE2", g, 1e300, batch, method="embedding"),
+                       log_radius_graph("SE2", g, 1e300, batch, method="brute"))

@@ -86,6 +86,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=nonnegative_int, default=1, help="torch threads (0: torch's default)")
     p.add_argument("--device", type=device_name, default="cpu")
     p.add_argument("--seed", type=nonnegative_int, default=0)
+    p.add_argument("--sensitivity-molecules", type=nonnegative_int, default=256,
+                   help="validation molecules for each model's relative rotation sensitivity (0: skip)")
     p.add_argument("--max-molecules", type=positive_int, default=None,
                    help="build/use only the first N molecules of QM9 (tests)")
     p.add_argument("--out", default="runs/bench/qm9.json", help="JSON file for the results")
@@ -97,10 +99,12 @@ def _batches(a):
     from ..datasets.qm9 import QM9Transform, cormorant_split
     from ..datasets.qm9_real import QM9
     ds = QM9(a.root, transform=QM9Transform("homo"), max_molecules=a.max_molecules)
-    train = cormorant_split(len(ds), seed=0)["train"]
+    split = cormorant_split(len(ds), seed=0)
+    train = split["train"]
     gen = torch.Generator().manual_seed(a.seed)
     pick = train[torch.randperm(len(train), generator=gen)[:a.batch_size * a.batches]]
-    return list(DataLoader(ds[pick], batch_size=a.batch_size)), QM9Transform("homo").num_features
+    valid = ds[split["valid"][:getattr(a, "sensitivity_molecules", 0)]]
+    return list(DataLoader(ds[pick], batch_size=a.batch_size)), QM9Transform("homo").num_features, valid
 
 
 def _build(spec, in_channels: int):
@@ -159,7 +163,7 @@ def _child_peak(spec, args: dict, amp: bool) -> float:
     a = argparse.Namespace(**args)
     if a.threads:
         torch.set_num_threads(a.threads)
-    batches, in_channels = _batches(a)
+    batches, in_channels, _ = _batches(a)
     stepper = _Stepper(spec, in_channels, "cpu", amp)
     before = _rss_kb()
     for b in batches:
@@ -171,7 +175,7 @@ def run(a) -> List[Dict]:
     from ..experiments.qm9_models import count_parameters
     if a.threads:
         torch.set_num_threads(a.threads)
-    batches, in_channels = _batches(a)
+    batches, in_channels, valid = _batches(a)
     batches = [b.to(a.device) for b in batches]
     specs = list(a.models or [parse_spec(s) for s in DEFAULT_MODELS])
     rows, steppers = [], []
@@ -200,6 +204,15 @@ def run(a) -> List[Dict]:
         row["molecules_per_s"] = molecules / med
         if a.memory and not a.device.startswith("cuda"):
             row["peak_mem_mb"] = _peak_rss_mb(row["spec"], a, row["amp"])
+    if len(valid):
+        from torch_geometric.loader import DataLoader
+
+        from ..experiments.qm9_models import rotation_sensitivity
+        loader = DataLoader(valid, batch_size=a.batch_size)
+        for row, st in zip(rows, steppers):
+            if not row["amp"]:
+                row["rotation_sensitivity_rel"] = rotation_sensitivity(st.model, st.predict, loader,
+                                                                       device=a.device, relative=True)
     schnet = next((r for r in rows if r["spec"]["kind"] == "schnet"), None)
     for row in rows:
         spec = row["spec"]
@@ -220,12 +233,14 @@ def main(a) -> int:
     rows = run(a)
     print(f"QM9 training steps: batch {a.batch_size}, {a.batches} batches x {a.rounds} rounds, {a.device}, "
           f"torch threads {torch.get_num_threads()}")
-    print(f"{'model':28s} {'params':>9s} {'step ms':>9s} {'mol/s':>8s} {'vs SchNet':>9s} {'vs T3':>6s} {'peak MB':>8s}")
+    print(f"{'model':28s} {'params':>9s} {'step ms':>9s} {'mol/s':>8s} {'vs SchNet':>9s} {'vs T3':>6s} {'peak MB':>8s}"
+          f" {'rot. sens.':>10s}")
     for r in rows:
         def f(key, fmt):
             return format(r[key], fmt) if r.get(key) is not None else "-"
         print(f"{r['model']:28s} {r['params']:9d} {r['step_ms']:9.1f} {r['molecules_per_s']:8.1f} "
-              f"{f('throughput_vs_schnet', '9.2f'):>9s} {f('step_vs_T3', '6.2f'):>6s} {f('peak_mem_mb', '8.0f'):>8s}")
+              f"{f('throughput_vs_schnet', '9.2f'):>9s} {f('step_vs_T3', '6.2f'):>6s} {f('peak_mem_mb', '8.0f'):>8s}"
+              f" {f('rotation_sensitivity_rel', '10.2e'):>10s}")
     config = {k: v for k, v in vars(a).items() if not k.startswith("_") and k not in ("command", "task", "out",
                                                                                       "models", "bench")}
     config["torch_threads"] = torch.get_num_threads()
@@ -240,14 +255,17 @@ def main(a) -> int:
                                  if SE3_NEIGHBORS["sample"][spec["lift"]] else ""))
         records.append({"configuration": {"model": r["model"], "neighbourhood": neighbourhood},
                         "metrics": {k: r.get(k) for k in ("params", "step_ms", "molecules_per_s",
-                                                          "throughput_vs_schnet", "step_vs_T3", "peak_mem_mb")}})
+                                                          "throughput_vs_schnet", "step_vs_T3", "peak_mem_mb",
+                                                          "rotation_sensitivity_rel")}})
     sha, dirty = git_revision()
     result = {"benchmark": "qm9", "title": "QM9 training throughput",
               "description": "Training steps (forward, backward, Adam) on the same real QM9 batches, models "
                              "alternating: median step time, molecules per second, throughput relative to PyG's "
                              "SchNet at its defaults (throughput_vs_schnet) and, for SE3, the step time relative to "
                              "T3 of the same preset (step_vs_T3); peak_mem_mb is the extra memory of a training "
-                             "step. Presets: small (width 64, 2 layers), cpu (the paper's architecture at width 96, "
+                             "step; rotation_sensitivity_rel is the spread of a model's prediction over 8 random "
+                             "rotations of a molecule relative to its spread across molecules, after the "
+                             "benchmark's few training steps (0: exactly invariant). Presets: small (width 64, 2 layers), cpu (the paper's architecture at width 96, "
                              "6 layers), paper (width 848, 13 layers for T3, 30 for SE3); SE3 lifts: haar (2 "
                              "samples), finite and grid (the tetrahedral group, 12 elements).",
               "command": " ".join(command_line(a, ["bench", "qm9"])), "config": config, "seed": a.seed,

@@ -230,14 +230,12 @@ def rotate(pos: Tensor, batch: Tensor, rotations: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def rotation_sensitivity(model: nn.Module, predict: Callable, loader, rotations: int = 8, scale: float = 1.0,
-                         seed: int = 0, device=None) -> float:
-    """Mean over molecules of the standard deviation of the prediction over ``rotations``
-    random rotations of the molecule (about its centroid), times ``scale`` (to the target's
-    unit). 0 for an exactly rotation-invariant model."""
+def _rotated_predictions(model: nn.Module, predict: Callable, loader, rotations: int, seed: int,
+                         device=None) -> Tensor:
+    """``(rotations, molecules)`` predictions for random rotations of every molecule."""
     model.eval()
     gen = torch.Generator().manual_seed(seed)
-    total, count = 0.0, 0
+    out = []
     for batch in loader:
         batch = batch.to(device) if device is not None else batch
         preds = []
@@ -245,8 +243,22 @@ def rotation_sensitivity(model: nn.Module, predict: Callable, loader, rotations:
             b = batch.clone()
             b.pos = rotate(batch.pos, batch.batch, random_rotations(batch.num_graphs, gen, batch.pos.dtype,
                                                                     batch.pos.device))
-            preds.append(predict(model, b).double())
-        spread = torch.stack(preds).std(dim=0) * scale
-        total += float(spread.sum())
-        count += spread.numel()
-    return total / max(count, 1)
+            preds.append(predict(model, b).double().cpu())
+        out.append(torch.stack(preds))
+    return torch.cat(out, dim=1) if out else torch.zeros(rotations, 0, dtype=torch.float64)
+
+
+def rotation_sensitivity(model: nn.Module, predict: Callable, loader, rotations: int = 8, scale: float = 1.0,
+                         seed: int = 0, device=None, relative: bool = False) -> float:
+    """Mean over molecules of the standard deviation of the prediction over ``rotations``
+    random rotations of the molecule (about its centroid), times ``scale`` (to the target's
+    unit); 0 for an exactly rotation-invariant model. ``relative``: divided instead by the
+    standard deviation of the (rotation-averaged) prediction across molecules, a scale-free
+    number that also means something for an untrained model."""
+    preds = _rotated_predictions(model, predict, loader, rotations, seed, device)
+    if preds.size(1) == 0:
+        return float("nan")
+    spread = float(preds.std(dim=0).mean())
+    if relative:
+        return spread / max(float(preds.mean(dim=0).std()), 1e-300)
+    return spread * scale

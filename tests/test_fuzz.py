@@ -366,7 +366,7 @@ print("FUZZ-DONE")
 def test_fuzz_constructors_builders_operators_and_cli():
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     try:
-        r = subprocess.run([sys.executable, "-c", SCRIPT2, "20"], capture_output=True, text=True, timeout=240,
+        r = subprocess.run([sys.executable, "-c", SCRIPT2, "40"], capture_output=True, text=True, timeout=240,
                            env=env)
     except subprocess.TimeoutExpired:
         pytest.fail("the fuzzed calls hung (no end within 240 s)")

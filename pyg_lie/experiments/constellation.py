@@ -80,7 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mlp-ratio", type=positive_float, default=1.0,
                    help="hidden width of each block's pointwise MLP / d_v (the official code: 1, "
                         "which gives the paper's ~1.05M parameters at d_v=128, 10 layers)")
-    p.add_argument("--radius", type=nonnegative_float, default=None, help="base neighbourhood radius (default: all pairs)")
+    p.add_argument("--radius", type=float, default=None, help="base neighbourhood radius (default: all pairs)")
     p.add_argument("--features", choices=["constant", "pairwise_distances"], default="constant",
                    help="point features: constant f_i = 1 (the paper's text) or each point's distances to "
                         "the other points of its cloud, sorted (the official code's default content_type)")

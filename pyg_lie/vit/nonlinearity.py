@@ -84,6 +84,12 @@ class FourierNonlinearity(nn.Module):
     """
 
     def __init__(self, gset: GSet, activation: Optional[Callable[[Tensor], Tensor]] = None):
+        if not isinstance(gset, GSet):
+            raise ValueError(f"gset must be a GSet (e.g. gset_family(group, 'regular', copies)), got "
+                             f"{type(gset).__name__}")
+        if activation is not None and not callable(activation):
+            raise ValueError(f"activation must be a callable (e.g. torch.nn.functional.gelu) or None, got "
+                             f"{activation!r}")
         super().__init__()
         self.gset = gset
         self.activation = activation if activation is not None else F.gelu

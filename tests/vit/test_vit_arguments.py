@@ -89,3 +89,13 @@ def test_vit_layers_bad_arguments_name_themselves():
     with pytest.raises(ValueError, match="batch"):
         complete_graph(-1, 3)
     assert complete_graph(2, 2).shape == (2, 8)
+
+
+def test_fourier_nonlinearity_arguments():
+    from pyg_lie.vit.nonlinearity import FourierNonlinearity, gset_family
+    with pytest.raises(ValueError, match="gset must be a GSet"):
+        FourierNonlinearity("regular")
+    with pytest.raises(ValueError, match="activation must be a callable"):
+        FourierNonlinearity(gset_family(FieldType.regular("C4", 1).group, "regular", 1), activation="gelu")
+    with pytest.raises(ValueError, match="activation"):
+        EquivariantViT(**SMALL, activation=3)

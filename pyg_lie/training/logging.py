@@ -90,7 +90,12 @@ class MetricsLogger:
 def read_metrics(path: str) -> List[Dict[str, float]]:
     """Rows of a ``metrics.csv`` as dicts of floats (empty cells are skipped)."""
     with open(path, newline="") as f:
-        return [{k: float(v) for k, v in r.items() if v not in ("", None)} for r in csv.DictReader(f)]
+        rows = list(csv.DictReader(f))
+    try:
+        return [{k: float(v) for k, v in r.items() if v not in ("", None) and k is not None} for r in rows]
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{path!r} is not a metrics file written by MetricsLogger (a cell that is no number: "
+                         f"{err}); move it away to start its history anew") from None
 
 
 def plot_learning_curves(csv_path: str, png_path: str, keys: Optional[Sequence[str]] = None,

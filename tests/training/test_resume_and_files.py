@@ -130,3 +130,10 @@ def test_default_results_dir_is_under_runs_and_ignored(tmp_path, monkeypatch, ca
     assert not (tmp_path / "results").exists()  # the committed folder is written only when asked
     assert main(SPRINGS + ["--epochs", "1", "--out", "runs/springs2", "--results-dir", "results"]) == 0
     assert (tmp_path / "results" / "springs" / "lie-T2-n8.json").is_file()
+
+
+def test_a_damaged_metrics_file_is_named(tmp_path):
+    path = tmp_path / "metrics.csv"
+    path.write_text("epoch,train_loss\n0,1.5\n1,0.7e\n")
+    with pytest.raises(ValueError, match="metrics.csv.*is not a metrics file"):
+        read_metrics(str(path))

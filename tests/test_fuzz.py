@@ -313,6 +313,21 @@ def fuzz_operators(data):
     if sc is not None:
         rows = torch.repeat_interleave(torch.arange(N), ptr_t[1:] - ptr_t[:-1])
         assert torch.allclose(sc, (A[rows] * B[col]).sum(-1).t())
+    # fused attention and the transposed pattern on the same pointer and sources
+    q, kv = torch.randn(N, 2, 8, dtype=torch.float64), torch.randn(M, 2, 8, dtype=torch.float64)
+    out = named(lambda: ops.csr_attention(q, kv, kv, ptr_t, col), "crow", "col")
+    assert (out is None) == (not ok)
+    if out is not None:
+        from pyg_lie.ops import composite_attention
+        assert bool(torch.isfinite(out[1]).all())
+        ref = composite_attention(q, kv, kv, None, None, ptr_t, col)
+        assert torch.allclose(out[1], ref[1]) and torch.allclose(torch.nan_to_num(out[0]), torch.nan_to_num(ref[0]))
+    square = valid and bool(((col >= 0) & (col < N)).all())
+    t = named(lambda: ops.csr_transpose(ptr_t, col), "crow", "col")
+    assert (t is None) == (not square)
+    if t is not None:
+        from pyg_lie.ops.graph import composite_csr_transpose
+        assert all(torch.equal(a, b) for a, b in zip(t, composite_csr_transpose(ptr_t, col)))
     # graph construction: sizes that overflow int64 are refused
     sizes = data.draw(st.lists(st.sampled_from([0, 1, 3, 2 ** 31, 2 ** 32, 2 ** 40]), min_size=1, max_size=3))
     start = torch.tensor([0, *torch.tensor(sizes).cumsum(0).tolist()])
@@ -323,7 +338,7 @@ def fuzz_operators(data):
         named(lambda: ops.complete_edges(start), "start")
     K = data.draw(st.sampled_from([1, 2, 0, -1, 2 ** 32]))
     out = named(lambda: ops.expand_edges(ptr_t, col, K), "K", "ptr", "col", "E K^2", "N K")
-    square = valid and bool(((col >= 0) & (col < N)).all())  # expand_edges: a square base graph
+    # expand_edges: a square base graph
     fits = K >= 1 and E * K * K < 2 ** 63 and N * K < 2 ** 63
     assert (out is None) == (not (square and fits)), (ptr, col, K)
     if out is not None:

@@ -33,7 +33,8 @@ from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
 from .. import _checks as checks
-from ._explain import explain_mask, masked_edge_attention
+from ._bipartite import node_pair
+from ._explain import check_explain_mode, explain_mask, masked_edge_attention
 from .attention_core import edge_attention
 from ._s2_kernels import BipartiteCSR, neighborhood_attention
 
@@ -64,6 +65,11 @@ class S2AttentionConv(MessagePassing):
             scores); ``False`` runs PyG message passing (``propagate``, per-edge messages,
             scatter softmax), the reference. Same numbers up to rounding. Under PyG's
             explainer the layer always takes the message-passing path.
+        explain_mode: where PyG's explainer edge mask acts: ``"score"`` (default; a log-bias on
+            the scores beside ``log w_j``, so a 0/1 mask equals removing the edges) or
+            ``"message"`` (the messages after the softmax, PyG's default; every edge, a
+            target's lone incoming one included, gets a gradient); see
+            :mod:`pyg_lie.nn._explain`.
 
     Parameters (named and initialised like torch-harmonics, 2-D here):
         ``q_weights``, ``k_weights`` ``(C_k, C_in)``, ``v_weights`` ``(C_out, C_in)``,
@@ -77,7 +83,9 @@ class S2AttentionConv(MessagePassing):
           fixed grid), or a bipartite pair ``(x_src, x_dst)``; ``edge_index``
           ``(2, E)`` with row 0 the sources ``j`` and row 1 the targets ``i``;
           ``quad_weights`` ``(N_src,)`` positive quadrature weights of the
-          sources (``None``: uniform, no bias).
+          sources (``None``: uniform, no bias), or a pair ``(w_src, w_dst)`` beside
+          a pair ``x`` (as :func:`~torch_geometric.nn.to_hetero` passes a node-level
+          input; only the sources' weights enter, ``w_dst`` may be ``None``).
         - **output:** ``(N_dst, C_out)`` or ``(N_dst, B, C_out)``; with
           ``return_attention_weights=True`` also ``(edge_index, alpha)`` with
           ``alpha`` of shape ``(E, H)`` or ``(E, B, H)``.
@@ -97,6 +105,8 @@ class S2AttentionConv(MessagePassing):
         bias: bool = True,
         warn_isolated: bool = True,
         fused: bool = True,
+        *,
+        explain_mode: str = "score",
     ) -> None:
         super().__init__(aggr="sum", node_dim=0)
         self.in_channels = checks.size("in_channels", in_channels)
@@ -118,6 +128,7 @@ class S2AttentionConv(MessagePassing):
         self.use_qknorm = bool(use_qknorm)
         self.warn_isolated = bool(warn_isolated)
         self.fused = bool(fused)
+        self.explain_mode = check_explain_mode(explain_mode)
         sfx = self._weight_suffix
         self.q_weights = nn.Parameter(torch.empty(self.k_channels, self.in_channels, *sfx))
         self.k_weights = nn.Parameter(torch.empty(self.k_channels, self.in_channels, *sfx))
@@ -225,8 +236,8 @@ class S2AttentionConv(MessagePassing):
                plan: Optional[BipartiteCSR] = None, need_weights: bool = False
                ) -> Tuple[Tensor, Optional[Tensor]]:
         """Attention core on projected tensors (see :meth:`project_qkv`); returns ``(N_dst, *, H, Dv)``.
-        Under PyG's explainer the edge mask acts before the softmax (:mod:`pyg_lie.nn._explain`),
-        on the message-passing path."""
+        Under PyG's explainer the layer takes the message-passing path, where the edge mask acts
+        on the scores or on the messages (:attr:`explain_mode`, :mod:`pyg_lie.nn._explain`)."""
         num_dst, num_src = q.shape[0], k.shape[0]
         mask = explain_mask(self, edge_index.shape[1])
         if self.fused and mask is None:
@@ -241,7 +252,14 @@ class S2AttentionConv(MessagePassing):
             self._check_isolated(edge_index, num_dst, plan)
             return neighborhood_attention(q, k, v, log_w, plan, need_weights=need_weights)
         self._check_isolated(edge_index, num_dst, None)
-        out = self.propagate(edge_index, q=q, k=k, v=v, log_w=log_w, edge_mask=mask, size=(k.shape[0], num_dst))
+        # the message-mode mask is applied in message() rather than by PyG's explain_message:
+        # a subclass instantiated after this class inherits its generated propagate, which PyG
+        # then also takes for the explainer's, and that one never calls explain_message
+        message_mask = None
+        if mask is not None and check_explain_mode(self.explain_mode) == "message":
+            mask, message_mask = None, mask
+        out = self.propagate(edge_index, q=q, k=k, v=v, log_w=log_w, edge_mask=mask, message_mask=message_mask,
+                             size=(k.shape[0], num_dst))
         alpha = self._alpha
         self._alpha = None
         return out, alpha
@@ -251,7 +269,7 @@ class S2AttentionConv(MessagePassing):
         self,
         x: Union[Tensor, PairTensor],
         edge_index: Tensor,
-        quad_weights: Optional[Tensor] = None,
+        quad_weights: Optional[Union[Tensor, Tuple[Optional[Tensor], Optional[Tensor]]]] = None,
         value: Optional[Tensor] = None,
         plan: Optional[BipartiteCSR] = None,
         return_attention_weights: Optional[bool] = None,
@@ -261,16 +279,28 @@ class S2AttentionConv(MessagePassing):
             edge_index: ``(2, E)`` ``[source; target]``, e.g. from
                 :func:`pyg_lie.neighbors.geodesic_radius` (any edge order).
             quad_weights: ``(N_src,)`` positive source quadrature weights; ``log w_j`` is added
-                to every score ``<q_i, k_j>`` of an edge ``j -> i``.
+                to every score ``<q_i, k_j>`` of an edge ``j -> i``. With a pair ``x``, also a
+                pair ``(w_src, w_dst)`` (PyG's bipartite form, what ``to_hetero`` passes):
+                ``w_src`` is used, ``w_dst`` (``None`` or ``(N_dst,)``) is not read.
             value: optional separate value features ``(N_src, [B,] C_in)`` (default ``x_src``).
             plan: optional :meth:`build_plan` of this ``edge_index``: the graph's CSR structure,
                 built once for a graph used many times (e.g. a grid) instead of in every call.
             return_attention_weights: also return ``(edge_index, alpha)``.
         """
-        if isinstance(x, (tuple, list)):
-            x_src, x_dst = x
-        else:
-            x_src = x_dst = x
+        x_src, x_dst, bipartite = node_pair("x", x)
+        if isinstance(quad_weights, (tuple, list)):
+            if not bipartite:
+                raise ValueError("quad_weights may be a pair (w_src, w_dst) only when x is a pair (x_src, x_dst); "
+                                 "with one x pass the (N,) weights")
+            w_src, w_dst, _ = node_pair("quad_weights", quad_weights)
+            if w_dst is not None and (not isinstance(w_dst, Tensor) or w_dst.shape != (x_dst.shape[0],)):
+                got = tuple(w_dst.shape) if isinstance(w_dst, Tensor) else type(w_dst).__name__
+                raise ValueError(f"quad_weights[1] (w_dst) must be None or have shape (N_dst,) = "
+                                 f"({x_dst.shape[0]},), got {got}")
+            quad_weights = w_src
+        if quad_weights is not None and not isinstance(quad_weights, Tensor):
+            raise ValueError(f"quad_weights must be a tensor of shape (N_src,) or None, got "
+                             f"{type(quad_weights).__name__}")
         for name, t in (("x_src", x_src), ("x_dst", x_dst), ("value", value)):
             if t is None:
                 continue
@@ -301,7 +331,8 @@ class S2AttentionConv(MessagePassing):
         return out
 
     def message(self, q_i: Tensor, k_j: Tensor, v_j: Tensor, log_w: Optional[Tensor], edge_mask: Optional[Tensor],
-                edge_index_j: Tensor, index: Tensor, ptr: Optional[Tensor], size_i: Optional[int]) -> Tensor:
+                message_mask: Optional[Tensor], edge_index_j: Tensor, index: Tensor, ptr: Optional[Tensor],
+                size_i: Optional[int]) -> Tensor:
         score = (q_i * k_j).sum(-1)  # (E, *, H)
         if log_w is not None:
             lw = log_w.index_select(0, edge_index_j)
@@ -311,8 +342,10 @@ class S2AttentionConv(MessagePassing):
         else:
             alpha = masked_edge_attention(score, index, size_i, edge_mask)
         self._alpha = alpha
+        if message_mask is not None:  # explain_mode="message": PyG's masking of the messages
+            alpha = alpha * message_mask.to(alpha.dtype).view(-1, *([1] * (alpha.dim() - 1)))
         return alpha.unsqueeze(-1) * v_j
 
     def explain_message(self, inputs: Tensor, dim_size: Optional[int]) -> Tensor:
-        # the explainer's edge mask already acted on the scores (see pyg_lie.nn._explain)
+        # the explainer's edge mask already acted in message(), on the scores or on the messages
         return inputs

@@ -140,6 +140,8 @@ class S2NeighborhoodAttention(S2AttentionConv):
             scores, softmax and aggregation), ``False`` the generic message-passing
             path (same numbers up to rounding); the attribute ``fused`` of
             :class:`~pyg_lie.nn.S2AttentionConv`.
+        explain_mode: where PyG's explainer edge mask acts (``"score"``, default, or
+            ``"message"``), as in :class:`~pyg_lie.nn.S2AttentionConv`.
 
     Raises:
         ValueError: if neither ``nlon_in % nlon_out == 0`` nor ``nlon_out % nlon_in == 0``
@@ -169,6 +171,8 @@ class S2NeighborhoodAttention(S2AttentionConv):
         k_channels: Optional[int] = None,
         out_channels: Optional[int] = None,
         optimized_kernel: bool = True,
+        *,
+        explain_mode: str = "score",
     ) -> None:
         def pair(shape) -> bool:
             return isinstance(shape, (tuple, list, torch.Size)) and len(shape) == 2
@@ -184,7 +188,8 @@ class S2NeighborhoodAttention(S2AttentionConv):
             raise ValueError(f"either nlon_in ({self.nlon_in}) must be an integer multiple of nlon_out "
                              f"({self.nlon_out}), or vice versa, for the attention p-shift to be exact")
         super().__init__(in_channels, out_channels=out_channels, heads=num_heads, k_channels=k_channels,
-                         scale=scale, use_qknorm=use_qknorm, bias=bias, fused=optimized_kernel)
+                         scale=scale, use_qknorm=use_qknorm, bias=bias, fused=optimized_kernel,
+                         explain_mode=explain_mode)
         self.num_heads = self.heads
         self.grid_in = grid_in
         self.grid_out = grid_out

@@ -50,14 +50,22 @@ def drop_path_rate(name: str, value) -> float:
 
 class EquivariantViTBlock(nn.Module):
     """Pre-norm transformer block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))`` with
-    ``mlp = Linear(V -> C(X)) o FourierNonlinearity o Linear(C(X) -> V)``."""
+    ``mlp = Linear(V -> C(X)) o FourierNonlinearity o Linear(C(X) -> V)``.
+
+    ``explain_mode`` is the attention's (:class:`~pyg_lie.vit.EquivariantSelfAttention`).
+
+    Shapes: ``x (N, V.dim)``, ``edge_index (2, E)`` -> ``(N, V.dim)``; with
+    ``return_attention_weights=True`` the pair ``(out, (edge_index, alpha (E, heads)))`` of the
+    block's attention, PyG's convention.
+    """
 
     def __init__(self, V: FieldType, gset: GSet, heads: int, attention: str,
                  irrep_heads: Optional[Mapping[str, int]] = None, head_ids=None, attn_dropout: float = 0.0,
-                 drop_path: float = 0.0, activation: Optional[Callable] = None):
+                 drop_path: float = 0.0, activation: Optional[Callable] = None, *, explain_mode: str = "score"):
         super().__init__()
         self.norm1 = EquivariantRMSNorm(V)
-        self.attn = EquivariantSelfAttention(V, heads, attention, irrep_heads, head_ids, dropout=attn_dropout)
+        self.attn = EquivariantSelfAttention(V, heads, attention, irrep_heads, head_ids, dropout=attn_dropout,
+                                             explain_mode=explain_mode)
         self.norm2 = EquivariantRMSNorm(V)
         self.act = FourierNonlinearity(gset, activation)
         self.mlp_in = EquivariantLinear(V, self.act.field_type)
@@ -76,9 +84,17 @@ class EquivariantViTBlock(nn.Module):
         mask = torch.rand(batch, 1, 1, device=y.device, dtype=y.dtype) < keep
         return (y.view(batch, -1, y.shape[-1]) * mask / keep).view_as(y)
 
-    def forward(self, x: Tensor, edge_index: Tensor, batch: int = 1, csr=None) -> Tensor:
-        x = x + self._dp(self.attn(self.norm1(x), edge_index, csr=csr), batch)
-        return x + self._dp(self.mlp_out(self.act(self.mlp_in(self.norm2(x)))), batch)
+    def forward(self, x: Tensor, edge_index: Tensor, batch: int = 1, csr=None,
+                return_attention_weights: Optional[bool] = None):
+        """``batch``: the number of images whose tokens ``x`` holds (drop path drops per image);
+        ``csr``: the patch graph's structure, passed to the attention."""
+        if return_attention_weights:
+            h, weights = self.attn(self.norm1(x), edge_index, return_attention_weights=True, csr=csr)
+        else:
+            h, weights = self.attn(self.norm1(x), edge_index, csr=csr), None
+        x = x + self._dp(h, batch)
+        out = x + self._dp(self.mlp_out(self.act(self.mlp_in(self.norm2(x)))), batch)
+        return (out, weights) if return_attention_weights else out
 
 
 class EquivariantViT(nn.Module):

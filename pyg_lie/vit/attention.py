@@ -31,7 +31,8 @@ from torch_geometric.nn import MessagePassing
 
 from .. import _checks
 from ..neighbors import complete_graph as _complete_graph
-from ..nn._explain import explain_mask, masked_edge_attention
+from ..nn import _explain
+from ..nn._explain import check_explain_mode, explain_mask, masked_edge_attention
 from ..nn._sparse_ops import CSRStructure, csr_scores, to_edge_order
 from ..nn.attention_core import csr_edge_attention, edge_attention
 from .field_type import FieldType
@@ -104,17 +105,23 @@ class EquivariantSelfAttention(MessagePassing):
         normalization: ``"softmax"`` or ``"constant"`` (alias ``"mean"``; see ``edge_attention``).
         fused: ``"auto"`` (default) and ``True`` use the CSR kernels when all heads have
             the same size (else the message-passing path); ``False`` always runs
-            ``propagate``. Same results either way (tested).
+            ``propagate``. Same results either way (tested). Under PyG's explainer the
+            layer takes the message-passing path.
+        explain_mode: where PyG's explainer edge mask acts: ``"score"`` (default; a log-bias on
+            the scores, a 0/1 mask equals removing the edges) or ``"message"`` (the messages
+            after the softmax, PyG's default); see :mod:`pyg_lie.nn._explain`.
 
     Shapes:
         ``x``: ``(N, V.dim)``; ``edge_index``: ``(2, E)`` with ``j -> i`` edges;
-        output ``(N, V.dim)``; attention weights ``(E, num_heads)``.
+        output ``(N, V.dim)``; with ``return_attention_weights=True`` also
+        ``(edge_index, alpha)``, PyG's convention, with ``alpha (E, num_heads)`` in the order of
+        ``edge_index`` (which is returned as given, an ``EdgeIndex`` included).
     """
 
     def __init__(self, field_type: FieldType, heads: int = 1, attention: str = "coupled",
                  irrep_heads: Optional[Mapping[str, int]] = None, head_ids: Optional[Sequence[Sequence[int]]] = None,
                  dropout: float = 0.0, bias: bool = True, normalization: str = "softmax",
-                 fused: Union[bool, str] = "auto"):
+                 fused: Union[bool, str] = "auto", *, explain_mode: str = "score"):
         super().__init__(aggr="sum", node_dim=0)
         V = field_type
         if normalization not in ("softmax", "constant", "mean"):
@@ -146,6 +153,7 @@ class EquivariantSelfAttention(MessagePassing):
         if fused not in (True, False, "auto"):
             raise ValueError(f"fused must be True, False or 'auto', got {fused!r}")
         self.fused = fused
+        self.explain_mode = check_explain_mode(explain_mode)
         # channels grouped by head (stable), for the (N, H, D / H) layout of the fused path
         self.equal_heads = bool((counts == counts[0]).all())
         head_perm = torch.argsort(fh, stable=True)
@@ -165,9 +173,12 @@ class EquivariantSelfAttention(MessagePassing):
         return (f"{self.__class__.__name__}({self.field_type.dim}, {self.field_type.dim}, heads={self.heads}, "
                 f"attention={self.attention!r}, group={self.field_type.group.name})")
 
-    def forward(self, x: Tensor, edge_index: Tensor, return_attention_weights: bool = False,
+    def forward(self, x: Tensor, edge_index: Tensor, return_attention_weights: Optional[bool] = None,
                 csr: Optional[CSRStructure] = None):
-        """``csr`` optionally passes ``CSRStructure.build(edge_index, N)``, built once for a
+        """Attention over each target's incoming edges: ``(N, V.dim)``, and with
+        ``return_attention_weights=True`` the pair ``(out, (edge_index, alpha))``.
+
+        ``csr`` optionally passes ``CSRStructure.build(edge_index, N)``, built once for a
         stack of layers on the same graph (fused path only).
 
         ``ValueError`` if ``x`` is not ``(N, V.dim)`` floating point or ``edge_index`` is not
@@ -182,7 +193,10 @@ class EquivariantSelfAttention(MessagePassing):
         if self.fused is not False and self.equal_heads and mask is None:  # CSRStructure.build checks the indices
             return self._forward_fused(x, edge_index, return_attention_weights, csr)
         plain = _checks.index_tensor("edge_index", edge_index, x.shape[0])
+        if mask is not None and check_explain_mode(self.explain_mode) == "message":
+            mask = None  # explain_message applies it to the messages
         q, k, v = self.q(x), self.k(x), self.v(x)
+        self._alpha = None
         out = self.propagate(plain, q=q, k=k, v=v, edge_mask=mask, size=None)
         out = self.o(out)
         alpha, self._alpha = self._alpha, None
@@ -217,7 +231,8 @@ class EquivariantSelfAttention(MessagePassing):
         return v_j * (alpha @ self.head_expand.to(alpha.dtype))  # (E, H) -> (E, D) per-feature weights
 
     def explain_message(self, inputs: Tensor, dim_size: Optional[int]) -> Tensor:
-        return inputs  # the explainer's edge mask already acted on the scores
+        # score mode: the mask already acted on the scores; message mode: PyG's message masking
+        return _explain.explain_message(self, inputs, dim_size)
 
     def macs_per_token(self) -> int:
         return 4 * self.q.macs_per_token()

@@ -97,4 +97,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{command}: error: {err}\n  (raised at {where.filename}:{where.lineno}; "
               f"{TRACEBACK_ENV}=1 shows the traceback)", file=sys.stderr)
         return 2
+    except FloatingPointError as err:
+        # a training run that diverged (non-finite loss): the message says what to change
+        if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
+            raise
+        command = " ".join(["pyg-lie", *argv[:2 if argv[0] in ("train", "bench") else 1]])
+        print(f"{command}: error: {err} ({TRACEBACK_ENV}=1 shows the traceback)", file=sys.stderr)
+        return 1
     return int(result or 0)

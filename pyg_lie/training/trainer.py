@@ -124,6 +124,10 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Optional[
             if env.is_main and progress:
                 bar.set_postfix(loss=f"{loss.item():.3e}")
         bar.close()
+        # a step can leave non-finite weights behind a finite loss: stop before evaluating them
+        if not bool(torch.stack([torch.isfinite(p.detach()).all() for p in model.parameters()]).all()):
+            raise FloatingPointError(f"non-finite model parameters after epoch {epoch}; lower --lr or enable "
+                                     f"--grad-clip")
         if scheduler is not None and not scheduler_per_batch:
             scheduler.step()
         # the rank-mean of per-rank means is the global-batch mean (equal per-rank sizes)

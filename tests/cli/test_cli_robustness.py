@@ -26,3 +26,19 @@ def test_springs_zero_layers_is_a_usage_error(capsys):
 def test_springs_bad_counts_are_usage_errors(option, value, capsys):
     line = _usage_error(["train", "springs", option, value], capsys)
     assert f"argument {option}:" in line
+
+
+
+def test_a_diverging_run_ends_in_one_line(capsys, monkeypatch):
+    import pyg_lie.experiments.springs as springs
+    from pyg_lie.cli import TRACEBACK_ENV
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+
+    def diverges(args):
+        raise FloatingPointError("non-finite training loss nan at epoch 3; lower --lr or enable --grad-clip")
+
+    monkeypatch.setattr(springs, "main", diverges)
+    rc = main(["train", "springs", "--epochs", "1"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err
+    assert err.strip().splitlines()[0].startswith("pyg-lie train springs: error: non-finite training loss")

@@ -137,3 +137,18 @@ def test_a_damaged_metrics_file_is_named(tmp_path):
     path.write_text("epoch,train_loss\n0,1.5\n1,0.7e\n")
     with pytest.raises(ValueError, match="metrics.csv.*is not a metrics file"):
         read_metrics(str(path))
+
+
+def test_fit_stops_on_non_finite_parameters(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Linear(2, 1).double()
+    opt = torch.optim.SGD(model.parameters(), lr=1e200)  # a finite loss (~1e200), then weights beyond float64
+    data = TensorDataset(torch.randn(8, 2, dtype=torch.float64) * 1e100, torch.randn(8, 1, dtype=torch.float64))
+
+    def loss_fn(m, batch):
+        x, y = batch
+        return (m(x) - y).square().mean()
+
+    with pytest.raises(FloatingPointError, match="non-finite model parameters after epoch 0"):
+        fit(model, opt, None, data, DistEnv(), loss_fn, epochs=2, batch_size=8, seed=0, out_dir=str(tmp_path),
+            progress=False)

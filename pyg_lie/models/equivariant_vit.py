@@ -26,6 +26,7 @@ from .. import _checks as checks
 from ..groups.finite import FiniteO2Group, o2_group
 from ..groups.finite_reps import GSet
 from ..interop.escnn import check_gspace, escnn_gspace, spatial_change_of_basis, to_escnn_type
+from ..nn._deprecation import renamed
 from ..nn._sparse_ops import CSRStructure
 from ..vit.attention import EquivariantSelfAttention, complete_graph, radius_patch_graph
 from ..vit.field_type import FieldType, restriction_matrix
@@ -124,6 +125,11 @@ class EquivariantViT(nn.Module):
         irrep_heads: ``{irrep: h_rho}`` for irrep-wise attention.
         field_type: explicit token type ``V`` (overrides ``channels``).
         activation: pointwise nonlinearity (default GELU).
+        head_ids: the attention head of every channel, per irrep of the token type ``V``:
+            ``[[head of channel c of rho for c in range(C_rho)] for rho in V's irreps]`` (head
+            ids ``0 .. h - 1``, every head used). Overrides ``heads``, ``attention`` and
+            ``irrep_heads`` in every block; :meth:`restrict` uses it to keep the heads of the
+            model it restricts. ``_head_ids`` is its deprecated name.
         in_type: an ``escnn.nn.FieldType`` on the gspace of ``group``
             (``gspaces.rot2dOnR2(N=n)`` for ``C_n``, ``gspaces.flipRot2dOnR2(N=n)`` for ``D_n``;
             square grid, groups ``C1, C2, C4, D4``): the model then takes a
@@ -148,8 +154,10 @@ class EquivariantViT(nn.Module):
                  mlp_ratio: float = 1.0, patches_side: int = 3, attn_radius: Optional[float] = None,
                  attn_dropout: float = 0.0, drop_path: float = 0.0, head_dropout: float = 0.0,
                  irrep_heads: Optional[Mapping[str, int]] = None, field_type: Optional[FieldType] = None,
-                 activation: Optional[Callable] = None, in_type=None, _head_ids=None, _invariant_groups=None):
+                 activation: Optional[Callable] = None, in_type=None, _head_ids=None, _invariant_groups=None,
+                 head_ids=None):
         super().__init__()
+        head_ids = renamed("EquivariantViT", "_head_ids", "head_ids", _head_ids, head_ids)
         G = o2_group(group)
         if grid not in ("square", "hex", "hexagonal"):
             raise ValueError(f"grid: must be 'square' or 'hex', got {grid!r}")
@@ -220,7 +228,7 @@ class EquivariantViT(nn.Module):
             raise ValueError("field_type: the class token needs at least one trivial channel")
         self.cls_token = nn.Parameter(torch.zeros(Ct))
         self.blocks = nn.ModuleList([
-            EquivariantViTBlock(V, gset, heads, attention, irrep_heads, _head_ids, attn_dropout,
+            EquivariantViTBlock(V, gset, heads, attention, irrep_heads, head_ids, attn_dropout,
                                 drop_path * (i + 1) / max(depth, 1), activation) for i in range(depth)])
         self.norm = EquivariantRMSNorm(V)
         # invariantization (Eq. 15): trivial features as values, norms of every other channel
@@ -427,7 +435,7 @@ class EquivariantViT(nn.Module):
             new_values.append(row)
         new_groups = [sorted(set().union(*[support[f] for f in g])) for g in groups]
         cfg = dict(self.config)
-        cfg.update(group=H, mlp_gset=self.gset.restrict(H, emb), field_type=W, _head_ids=head_ids,
+        cfg.update(group=H, mlp_gset=self.gset.restrict(H, emb), field_type=W, head_ids=head_ids,
                    _invariant_groups=(new_values, new_groups))
         ref = next(self.parameters())
         new = EquivariantViT(**cfg).to(device=ref.device, dtype=ref.dtype)

@@ -380,7 +380,7 @@ class LieAlgebraTransformer(_TokenTransformer):
         return _rotate(self.irreps_in, x, g[..., :3, :3], inverse=True)
 
     def _attend(self, layer, h, edge_index, g, w, valid):
-        return self.attn[layer](h, edge_index, g, w=w, valid=valid)
+        return self.attn[layer](h, edge_index, g, rel_log=w, valid=valid)
 
     def num_score_parameters(self) -> int:
         return sum(a.num_score_parameters() for a in self.attn)

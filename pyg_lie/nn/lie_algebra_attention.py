@@ -55,6 +55,7 @@ from .._checks import positive_int
 from ..groups import LieGroup, get_group
 from ..groups.base import CHART_MODES, _is_compiling, chart_safe_log
 from . import _explain
+from ._deprecation import renamed
 from ._bipartite import check_bipartite_edges, node_pair, same_form
 from ._edge_features import edge_score
 from ._explain import check_explain_mode, explain_mask, masked_edge_attention
@@ -120,15 +121,21 @@ class LieAlgebraAttention(MessagePassing):
             only incoming edge included). See :mod:`pyg_lie.nn._explain`.
 
     Shapes:
-        - input: ``x (N, in_channels)`` (the invariant states ``h``), ``edge_index (2, E)``, ``g (N, m, m)``,
-          optionally ``edge_attr (E, edge_dim)`` (``(E,)`` when ``edge_dim=1``), ``w (E, dim)`` precomputed by :func:`relative_log` (shared by
-          all layers of a model) and ``valid (E,)``.
+        - input: ``x (N, in_channels)`` (the invariant states ``h``), ``edge_index (2, E)``,
+          ``g (N, m, m)``, optionally ``edge_attr (E, edge_dim)`` (``(E,)`` when
+          ``edge_dim=1``), ``rel_log (E, dim)`` precomputed by :func:`relative_log` (shared by
+          all layers of a model; ``w`` is its deprecated name) and ``valid (E,)``.
         - bipartite (sources and targets are different node sets, as in PyG's convolutions and
           :func:`~torch_geometric.nn.to_hetero`): ``x = (x_src, x_dst)`` (``x_dst`` may be
           ``None``: the values come from the sources, the score from ``w`` alone) and
           ``g = (g_src (N_src, m, m), g_dst (N_dst, m, m))``; ``w_ij = vee log(g_dst[i]^-1 g_src[j])``.
         - output: ``(N, out_channels)`` (bipartite: ``(N_dst, out_channels)``), and with
           ``return_attention_weights=True`` also ``(edge_index, alpha (E, H))``.
+
+    ``forward``'s fourth positional argument is ``edge_attr`` here but ``invariants`` in
+    :class:`~pyg_lie.nn.LieSelfAttention`; this layer takes no orbit invariants (its tokens
+    are group elements, on which the group acts transitively). Pass ``edge_attr=`` by keyword
+    to call both layers alike.
     """
 
     def __init__(self, in_channels: int, out_channels: int, group: Union[str, LieGroup],
@@ -238,8 +245,17 @@ class LieAlgebraAttention(MessagePassing):
     def forward(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]], edge_index: Tensor,
                 g: Union[Tensor, Tuple[Tensor, Tensor]], edge_attr: Optional[Tensor] = None,
                 return_attention_weights: Optional[bool] = None,
-                w: Optional[Tensor] = None, valid: Optional[Tensor] = None):
-        """See the class docstring for shapes."""
+                w: Optional[Tensor] = None, valid: Optional[Tensor] = None, *, rel_log: Optional[Tensor] = None):
+        """Attend over ``edge_index`` (row 0 = source ``j``, row 1 = target ``i``); see the class
+        docstring for shapes.
+
+        The fourth positional argument is ``edge_attr`` (unlike
+        :class:`~pyg_lie.nn.LieSelfAttention`, whose fourth is ``invariants``). ``rel_log (E,
+        dim)`` passes the relative logs ``w_ij`` precomputed by :func:`relative_log` (with its
+        ``valid``), the name LieSelfAttention uses; ``w`` is its deprecated spelling
+        (``DeprecationWarning``; both given is a ``ValueError``).
+        """
+        w = renamed("LieAlgebraAttention.forward", "w", "rel_log", w, rel_log)
         x, x_dst, bipartite = node_pair("x", x)
         same_form("g", g, bipartite)
         checks.node_features("x[0] (x_src)" if bipartite else "x", x, self.in_channels, self.lin_value.weight)
@@ -266,7 +282,7 @@ class LieAlgebraAttention(MessagePassing):
         elif w is None:
             w, valid = relative_log(self.group, g, edge_index, self.chart)
         elif w.shape != (edge_index.shape[1], self.group.dim):
-            raise ValueError(f"w must have shape (E, {self.group.dim}) = "
+            raise ValueError(f"rel_log must have shape (E, {self.group.dim}) = "
                              f"({edge_index.shape[1]}, {self.group.dim}), got {tuple(w.shape)}; "
                              "compute it with pyg_lie.nn.lie_algebra_attention.relative_log")
         w = w.to(x.dtype)

@@ -52,6 +52,7 @@ from .._checks import nonnegative_int, positive_int, probability
 from ..groups import LieGroup, get_group
 from ..groups.base import _is_compiling
 from . import _explain
+from ._deprecation import default_group
 from ._bipartite import bipartite_relative_log, check_bipartite_edges, node_pair, same_form
 from ._edge_mlp import HeadwiseMLP, edge_mlp
 from ._edge_features import edge_score
@@ -93,7 +94,9 @@ class LieSelfAttention(MessagePassing):
         in_channels: input feature size ``C_in``.
         out_channels: output feature size ``C_out`` (default ``C_in``); must be
             divisible by ``heads``.
-        group: the Lie group (object or name such as ``"SE2"``).
+        group: the Lie group (object or name such as ``"SE2"``). Give it always, as
+            :class:`~pyg_lie.nn.LieAlgebraAttention` requires it: leaving it out still means
+            ``"SE2"`` but is deprecated (``DeprecationWarning``).
         heads: number of heads ``H``.
         content, location, combine, normalization: see the module docstring.
         kernel_dim: width of the location MLP (the paper's "kernel dimension").
@@ -135,10 +138,14 @@ class LieSelfAttention(MessagePassing):
         (N_dst, C_in))``, ``g = (g_src, g_dst)``, ``invariants = (inv_src, inv_dst)``; queries
         come from the targets, keys and values from the sources, the location term from
         ``g_dst[i]^-1 g_src[j]``; output ``(N_dst, C_out)``.
+
+    ``forward``'s fourth positional argument is ``invariants`` here but ``edge_attr`` in
+    :class:`~pyg_lie.nn.LieAlgebraAttention` (whose tokens have no orbit invariants); pass
+    ``invariants=`` and ``edge_attr=`` by keyword to call both layers alike.
     """
 
     def __init__(self, in_channels: int, out_channels: Optional[int] = None,
-                 group: Union[str, LieGroup] = "SE2", heads: int = 4, *,
+                 group: Union[str, LieGroup, None] = None, heads: int = 4, *,
                  content: str = "dot_product", location: str = "mlp", combine: str = "additive",
                  normalization: str = "softmax", kernel_dim: int = 16, kernel_layers: int = 3,
                  kernel_per_head: bool = False, invariant_dim: int = 0, dropout: float = 0.0, bias: bool = True,
@@ -154,7 +161,7 @@ class LieSelfAttention(MessagePassing):
             raise ValueError(f"out_channels ({out_channels}) must be divisible by heads ({heads})")
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
         self.head_dim = out_channels // heads
-        self.group = get_group(group)
+        self.group = get_group(default_group("LieSelfAttention", group))
         self.content = _choice(content, CONTENT, "content")
         self.location = _choice(location, LOCATION, "location")
         self.combine = _choice(combine, COMBINE, "combine")
@@ -225,7 +232,10 @@ class LieSelfAttention(MessagePassing):
                 csr: Optional[CSRStructure] = None):
         """Attend over ``edge_index`` (row 0 = source ``j``, row 1 = target ``i``).
 
-        ``edge_attr (E, edge_dim)`` (only with ``edge_dim``; ``(E,)`` when ``edge_dim=1``) are
+        The fourth positional argument is ``invariants`` (``(N, invariant_dim)``, or a pair when
+        bipartite), unlike :class:`~pyg_lie.nn.LieAlgebraAttention`, whose fourth is
+        ``edge_attr``: name both by keyword (``invariants=``, ``edge_attr=``) in code that
+        calls either layer. ``edge_attr (E, edge_dim)`` (only with ``edge_dim``; ``(E,)`` when ``edge_dim=1``) are
         edge features in the order of ``edge_index``. ``rel_log`` optionally passes
         ``group.relative_log(g, edge_index, one_sided_cut=True)`` ``(E, dim)`` and ``csr`` a
         :class:`CSRStructure` of ``edge_index``, both precomputed once for a stack of layers on

@@ -26,6 +26,7 @@ from torch.nn import Dropout, LayerNorm, Linear, Module, Sequential, SiLU
 from .._checks import positive_int, probability
 from ..groups import LieGroup
 from ._bipartite import node_pair
+from ._deprecation import default_group
 from .lie_self_attention import LieSelfAttention
 
 __all__ = ["LieTransformerBlock"]
@@ -36,7 +37,8 @@ class LieTransformerBlock(Module):
 
     Args:
         channels: feature size ``C`` (input = output).
-        group: the Lie group or its name.
+        group: the Lie group or its name (give it: leaving it out still means ``"SE2"`` but
+            is deprecated, as in :class:`LieSelfAttention`).
         heads: attention heads.
         mlp_ratio: hidden width of the pointwise MLP is ``mlp_ratio * C``.
         dropout: dropout after attention and MLP (training only).
@@ -52,14 +54,15 @@ class LieTransformerBlock(Module):
         pairs ``(source, target)`` -> ``(N_dst, C)``.
     """
 
-    def __init__(self, channels: int, group: Union[str, LieGroup] = "SE2", heads: int = 4,
+    def __init__(self, channels: int, group: Union[str, LieGroup, None] = None, heads: int = 4,
                  mlp_ratio: float = 2.0, dropout: float = 0.0, **attention_kwargs):
         super().__init__()
         self.channels = positive_int("channels", channels)
         if not (isinstance(mlp_ratio, (int, float)) and 0 < mlp_ratio < math.inf):
             raise ValueError(f"mlp_ratio must be a finite number > 0, got {mlp_ratio!r}")
         self.norm1 = LayerNorm(channels)
-        self.attn = LieSelfAttention(channels, channels, group, heads, **attention_kwargs)
+        self.attn = LieSelfAttention(channels, channels, default_group("LieTransformerBlock", group), heads,
+                                     **attention_kwargs)
         self.norm2 = LayerNorm(channels)
         hidden = max(1, int(round(mlp_ratio * channels)))
         self.mlp = Sequential(Linear(channels, hidden), SiLU(), Linear(hidden, channels))

@@ -127,7 +127,7 @@ class S2NeighborhoodAttention(S2AttentionConv):
         out_shape: ``(nlat_out, nlon_out)`` of the query/output grid.
         grid_in, grid_out: ``"equiangular"``, ``"legendre-gauss"``, ``"lobatto"`` or
             ``"equiangular-trapezoidal"``.
-        num_heads: heads ``H``.
+        num_heads: heads ``H`` (torch-harmonics' name; default 1).
         scale: score scale; default ``1/sqrt(k_channels / H)``.
         use_qknorm: per-head RMS norm of q and k.
         bias: biases in the four 1x1 projections.
@@ -140,6 +140,8 @@ class S2NeighborhoodAttention(S2AttentionConv):
             scores, softmax and aggregation), ``False`` the generic message-passing
             path (same numbers up to rounding); the attribute ``fused`` of
             :class:`~pyg_lie.nn.S2AttentionConv`.
+        heads: PyG's name for ``num_heads`` (keyword only); give either (both given and
+            different is a ``ValueError``). The attribute ``heads`` equals ``num_heads``.
         explain_mode: where PyG's explainer edge mask acts (``"score"``, default, or
             ``"message"``), as in :class:`~pyg_lie.nn.S2AttentionConv`.
 
@@ -163,7 +165,7 @@ class S2NeighborhoodAttention(S2AttentionConv):
         out_shape: Tuple[int, int],
         grid_in: str = "equiangular",
         grid_out: str = "equiangular",
-        num_heads: int = 1,
+        num_heads: Optional[int] = None,
         scale: Optional[Union[Tensor, float]] = None,
         use_qknorm: bool = False,
         bias: bool = True,
@@ -172,6 +174,7 @@ class S2NeighborhoodAttention(S2AttentionConv):
         out_channels: Optional[int] = None,
         optimized_kernel: bool = True,
         *,
+        heads: Optional[int] = None,
         explain_mode: str = "score",
     ) -> None:
         def pair(shape) -> bool:
@@ -187,6 +190,11 @@ class S2NeighborhoodAttention(S2AttentionConv):
         if not (self.nlon_in % self.nlon_out == 0 or self.upsample):
             raise ValueError(f"either nlon_in ({self.nlon_in}) must be an integer multiple of nlon_out "
                              f"({self.nlon_out}), or vice versa, for the attention p-shift to be exact")
+        if heads is not None and num_heads is not None and \
+                checks.size("heads", heads) != checks.size("num_heads", num_heads):
+            raise ValueError(f"heads ({heads!r}) and num_heads ({num_heads!r}) name the same number of heads "
+                             f"(PyG's and torch-harmonics' spelling) but differ; pass one of them")
+        num_heads = heads if heads is not None else (1 if num_heads is None else num_heads)
         super().__init__(in_channels, out_channels=out_channels, heads=num_heads, k_channels=k_channels,
                          scale=scale, use_qknorm=use_qknorm, bias=bias, fused=optimized_kernel,
                          explain_mode=explain_mode)

@@ -134,7 +134,11 @@ class EquivariantSelfAttention(MessagePassing):
         self.field_type, self.attention, self.dropout, self.normalization = V, attention, dropout, normalization
         if head_ids is None:
             head_ids = head_assignment(V, heads, attention, irrep_heads)
-        self.head_ids = [list(h) for h in head_ids]
+        if isinstance(head_ids, (str, bytes)) or not isinstance(head_ids, Sequence) or \
+                len(head_ids) != len(V.blocks) or not all(isinstance(h, Sequence) for h in head_ids):
+            raise ValueError(f"head_ids must hold one list of head ids per irrep of the field type ({len(V.blocks)}: "
+                             f"{[r.name for r, _, _ in V.blocks]}), got {head_ids!r}")
+        self.head_ids = [[_checks.nonnegative_int("head_ids entries", c) for c in h] for h in head_ids]
         feat_head = []
         for (r, C, _), ids in zip(V.blocks, self.head_ids):
             if len(ids) != C:

@@ -83,7 +83,7 @@ def test_paper_coordinates_scale_the_attention_input_and_stay_equivariant(group,
     g = G.exp(0.15 * torch.randn(10, G.dim, dtype=torch.float64))
     batch = torch.tensor([0] * 5 + [1] * 5)
     seen = {}
-    hook = model.attn[0].register_forward_hook(lambda m, a, kw, out: seen.update(w=kw["w"]), with_kwargs=True)
+    hook = model.attn[0].register_forward_hook(lambda m, a, kw, out: seen.update(w=kw["rel_log"]), with_kwargs=True)
     out = model(g, batch=batch)
     hook.remove()
     edge_index = torch.tensor([[j, i] for b in (0, 5) for i in range(b, b + 5) for j in range(b, b + 5)]).t()

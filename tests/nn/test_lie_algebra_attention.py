@@ -239,8 +239,8 @@ def test_layer_repr_reset_sequential_and_errors():
         layer(torch.randn(5, 8), torch.tensor([[0, 5], [1, 1]]), g)
     with pytest.raises(ValueError, match="edge_index holds node index -1"):
         layer(torch.randn(5, 8), torch.tensor([[0, -1], [1, 1]]), g)
-    with pytest.raises(ValueError, match="w must have shape"):
-        layer(torch.randn(5, 8), ei, g, w=torch.zeros(3, 3))
+    with pytest.raises(ValueError, match="rel_log must have shape"):
+        layer(torch.randn(5, 8), ei, g, rel_log=torch.zeros(3, 3))
     with pytest.raises(ValueError, match="edge_index must hold integer node indices"):
         layer(torch.randn(5, 8), ei.float(), g)
     with pytest.raises(ValueError, match=r"g must hold one .* element per node, shape \(5, "):

@@ -190,3 +190,22 @@ def eager_function(name: str, impl: Callable, setup: Callable, backward: Callabl
         "forward": staticmethod(forward),
         "backward": staticmethod(backward),
     })
+
+
+def check_complete_start(start: Tensor) -> int:
+    """The edge count ``sum_b n_b^2`` of :func:`complete_edges`' pointer ``start`` (int64, 1-D),
+    after checking that it starts at 0 and never decreases, and that the count and the node
+    count fit an int64; ``ValueError`` otherwise. Vectorised: the squares are summed in float64
+    first, and exactly only where the float sum shows no overflow."""
+    sizes = start[1:] - start[:-1]
+    first = int(start[0])
+    if first != 0:
+        raise ValueError(f"start must begin at 0 (the first node of every graph, then N), got {first}")
+    if sizes.numel() and int(sizes.min()) < 0:
+        raise ValueError("start must be non-decreasing (the first node of every graph, then N)")
+    approx = float(sizes.double().square().sum()) if sizes.numel() else 0.0
+    if approx >= 2.0 ** 62:
+        raise ValueError(f"start describes graphs with {approx:.3g} node pairs in all, more than an int64 holds "
+                         f"(2^63 - 1); the largest graph has {int(sizes.max())} nodes")
+    from .._checks import int64_size
+    return int64_size("the size of the complete edge list", int(sizes.square().sum()) if sizes.numel() else 0)

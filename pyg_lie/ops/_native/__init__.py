@@ -509,7 +509,7 @@ def complete_edges(start: Tensor) -> Tensor:
     """``(2, sum_b n_b^2)`` edges (row 0 source, row 1 target) of every ordered pair of nodes
     of the same graph, self pairs included, in (target, source) order, graph ``b`` holding
     nodes ``start[b] .. start[b + 1] - 1`` (``start (B + 1,)``, int64, CPU, non-decreasing)."""
-    from ..graph import check_complete_start
+    from .._common import check_complete_start
     start = _pointer_arg("start", start)
     out = start.new_empty(2, check_complete_start(start))  # the count checked against int64 overflow
     rc = _library().complete_edges_i64(start.numel() - 1, start.data_ptr(), out[0].data_ptr(), out[1].data_ptr(),

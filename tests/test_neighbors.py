@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import pyg_lie.neighbors as nb
+from pyg_lie.neighbors import _search as search  # the backends' module: patched where it is read
 from pyg_lie.neighbors import (geodesic_radius, geodesic_radius_graph, radius, radius_graph,
                                resolve_backend)
 
@@ -141,7 +142,7 @@ def test_max_num_neighbors_keeps_nearest(backend, k):
 @pytest.mark.skipif(not HAS_TC, reason="torch-cluster not installed")
 def test_torch_cluster_bound_retry(monkeypatch):
     """The CUDA path starts with a small bound and retries saturated targets; force it on CPU."""
-    monkeypatch.setitem(nb._TC_START, "cpu", 2)
+    monkeypatch.setitem(search._TC_START, "cpu", 2)
     pos, batch = random_cloud(300, 3, 3, torch.float32, seed=8, scale=2.0)
     e = radius_graph(pos, 1.0, batch, backend="torch_cluster")
     check(e, ref_pairs(pos, pos, 1.0, batch, batch, same=True, loop=False))
@@ -151,7 +152,7 @@ def test_torch_cluster_bound_retry(monkeypatch):
 @pytest.mark.parametrize("group", [0, 60, 10**9])
 def test_kdtree_tree_grouping(monkeypatch, group):
     """One tree per graph, small graphs sharing a tree, and everything in one tree agree."""
-    monkeypatch.setattr(nb, "KDTREE_GROUP", group)
+    monkeypatch.setattr(search, "KDTREE_GROUP", group)
     pos, batch = random_cloud(300, 3, 12, torch.float32, seed=12, scale=2.0)
     pos = torch.cat([pos, torch.rand(100, 3) * 2])
     batch = torch.cat([batch, torch.full((100,), 20)])
@@ -162,8 +163,8 @@ def test_kdtree_tree_grouping(monkeypatch, group):
 
 
 def test_cdist_small_chunks(monkeypatch):
-    monkeypatch.setattr(nb, "CDIST_CHUNK_ELEMENTS", 1000)
-    monkeypatch.setattr(nb, "CDIST_GROUP_ELEMENTS", 1000)
+    monkeypatch.setattr(search, "CDIST_CHUNK_ELEMENTS", 1000)
+    monkeypatch.setattr(search, "CDIST_GROUP_ELEMENTS", 1000)
     pos, batch = random_cloud(300, 2, 20, torch.float32, seed=9, scale=3.0)
     pos = torch.cat([pos, torch.rand(200, 2) * 3])  # one big graph split into row chunks
     batch = torch.cat([batch, torch.full((200,), 99)])
@@ -214,7 +215,7 @@ def test_hypothesis_integer_bipartite_truncated(xs, ys, r, k):
 def test_works_without_torch_cluster(monkeypatch):
     import sys
     monkeypatch.setitem(sys.modules, "torch_cluster", None)  # import torch_cluster now fails
-    nb._torch_cluster_available.cache_clear()
+    search._torch_cluster_available.cache_clear()
     try:
         assert "torch_cluster" not in nb.available_backends("cpu")
         with pytest.raises(ValueError, match="pip install"):
@@ -222,7 +223,7 @@ def test_works_without_torch_cluster(monkeypatch):
         pos = torch.rand(40, 3)
         check(radius_graph(pos, 0.5, backend="auto"), ref_pairs(pos, pos, 0.25, same=True, loop=False))
     finally:
-        nb._torch_cluster_available.cache_clear()
+        search._torch_cluster_available.cache_clear()
 
 
 @settings(max_examples=40, deadline=None)
@@ -374,11 +375,11 @@ def test_backend_resolution(monkeypatch):
         resolve_backend("kdtree", "cuda")
     assert resolve_backend("auto", "cuda") == ("torch_cluster" if HAS_TC else "cdist")
     assert resolve_backend("auto", "meta") == "cdist"
-    monkeypatch.setattr(nb, "_torch_cluster_available", lambda: False)
+    monkeypatch.setattr(search, "_torch_cluster_available", lambda: False)
     with pytest.raises(ValueError, match="torch-cluster"):
         radius_graph(torch.rand(5, 3), 1.0, backend="torch_cluster")
     assert resolve_backend("auto", "cuda") == "cdist"
-    monkeypatch.setattr(nb, "_scipy_available", lambda: False)
+    monkeypatch.setattr(search, "_scipy_available", lambda: False)
     assert resolve_backend("auto", "cpu") == "cdist"
     pos = torch.rand(50, 3)
     check(radius_graph(pos, 0.5), ref_pairs(pos, pos, 0.25, same=True, loop=False))

@@ -58,6 +58,20 @@ class EquivariantViTBlock(nn.Module):
     Shapes: ``x (N, V.dim)``, ``edge_index (2, E)`` -> ``(N, V.dim)``; with
     ``return_attention_weights=True`` the pair ``(out, (edge_index, alpha (E, heads)))`` of the
     block's attention, PyG's convention.
+
+    Example:
+        >>> import torch
+        >>> from pyg_lie.groups.finite import o2_group
+        >>> from pyg_lie.models.equivariant_vit import EquivariantViTBlock
+        >>> from pyg_lie.vit import FieldType
+        >>> from pyg_lie.vit.attention import complete_graph
+        >>> from pyg_lie.vit.nonlinearity import gset_family
+        >>> _ = torch.manual_seed(0)
+        >>> V = FieldType.regular("C4", 1)
+        >>> block = EquivariantViTBlock(V, gset_family(o2_group("C4"), "regular", 1), heads=1, attention="coupled")
+        >>> out, (ei, alpha) = block(torch.randn(5, V.dim), complete_graph(1, 5), return_attention_weights=True)
+        >>> out.shape, alpha.shape
+        (torch.Size([5, 4]), torch.Size([25, 1]))
     """
 
     def __init__(self, V: FieldType, gset: GSet, heads: int, attention: str,
@@ -146,6 +160,18 @@ class EquivariantViT(nn.Module):
             without it, a ``GeometricTensor`` (build the model with ``in_type=gt.type``).
         ValueError: a ``GeometricTensor`` of another type than ``in_type``, an ``in_type``
             whose group is not ``group``, and the image checks below.
+
+    Example:
+        >>> import torch
+        >>> from pyg_lie.models import EquivariantViT
+        >>> _ = torch.manual_seed(0)
+        >>> model = EquivariantViT("D4", img_size=8, patch_size=2, num_classes=3, depth=1, heads=1, channels=1).eval()
+        >>> images = torch.randn(2, 3, 8, 8)
+        >>> logits = model(images)
+        >>> logits.shape
+        torch.Size([2, 3])
+        >>> torch.allclose(model(images.rot90(1, dims=(2, 3))), logits, atol=1e-5)  # invariant
+        True
     """
 
     def __init__(self, group: Union[str, FiniteO2Group] = "D4", grid: str = "square", img_size: int = 32,

@@ -136,6 +136,21 @@ class LieAlgebraAttention(MessagePassing):
     :class:`~pyg_lie.nn.LieSelfAttention`; this layer takes no orbit invariants (its tokens
     are group elements, on which the group acts transitively). Pass ``edge_attr=`` by keyword
     to call both layers alike.
+
+    Example:
+        >>> import torch
+        >>> from pyg_lie.groups import SE3
+        >>> from pyg_lie.nn import LieAlgebraAttention
+        >>> _ = torch.manual_seed(0)
+        >>> layer = LieAlgebraAttention(8, 8, "SE3", heads=2)
+        >>> g, x = SE3().random(6), torch.randn(6, 8)  # tokens: group elements with hidden states
+        >>> edge_index = torch.tensor([[0, 1, 2, 3, 4, 5, 1], [1, 2, 3, 4, 5, 0, 0]])
+        >>> out = layer(x, edge_index, g)
+        >>> out.shape
+        torch.Size([6, 8])
+        >>> u = SE3().random(1)  # the output is invariant under g -> u g
+        >>> torch.allclose(layer(x, edge_index, u @ g), out, atol=1e-5)
+        True
     """
 
     def __init__(self, in_channels: int, out_channels: int, group: Union[str, LieGroup],

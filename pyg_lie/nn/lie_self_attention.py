@@ -142,6 +142,22 @@ class LieSelfAttention(MessagePassing):
     ``forward``'s fourth positional argument is ``invariants`` here but ``edge_attr`` in
     :class:`~pyg_lie.nn.LieAlgebraAttention` (whose tokens have no orbit invariants); pass
     ``invariants=`` and ``edge_attr=`` by keyword to call both layers alike.
+
+    Example:
+        >>> import torch
+        >>> from pyg_lie.groups import SE2
+        >>> from pyg_lie.nn import LieSelfAttention
+        >>> _ = torch.manual_seed(0)
+        >>> layer = LieSelfAttention(8, 16, "SE2", heads=4)
+        >>> g = SE2().random(5)  # one group element per (lifted) node
+        >>> x = torch.randn(5, 8)
+        >>> edge_index = torch.tensor([[0, 1, 2, 3, 4, 0, 2], [1, 2, 3, 4, 0, 2, 0]])
+        >>> out, (ei, alpha) = layer(x, edge_index, g, return_attention_weights=True)
+        >>> out.shape, alpha.shape
+        (torch.Size([5, 16]), torch.Size([7, 4]))
+        >>> u = SE2().random(1)  # moving every element by the same u leaves the output unchanged
+        >>> torch.allclose(layer(x, edge_index, u @ g), out, atol=1e-5)
+        True
     """
 
     def __init__(self, in_channels: int, out_channels: Optional[int] = None,

@@ -52,6 +52,17 @@ class LieTransformerBlock(Module):
         -> ``(N, C)``, and with ``return_attention_weights=True`` ``(out, (edge_index,
         w (E, H)))``, the attention's weights. Bipartite: ``x``, ``g`` and ``invariants`` as
         pairs ``(source, target)`` -> ``(N_dst, C)``.
+
+    Example:
+        >>> import torch
+        >>> from pyg_lie.groups import SE2
+        >>> from pyg_lie.nn import LieTransformerBlock
+        >>> _ = torch.manual_seed(0)
+        >>> block = LieTransformerBlock(8, "SE2", heads=2)
+        >>> g, x = SE2().random(4), torch.randn(4, 8)
+        >>> edge_index = torch.tensor([[0, 1, 2, 3, 1], [1, 2, 3, 0, 0]])
+        >>> block(x, edge_index, g).shape
+        torch.Size([4, 8])
     """
 
     def __init__(self, channels: int, group: Union[str, LieGroup, None] = None, heads: int = 4,

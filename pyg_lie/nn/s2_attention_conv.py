@@ -89,6 +89,20 @@ class S2AttentionConv(MessagePassing):
         - **output:** ``(N_dst, C_out)`` or ``(N_dst, B, C_out)``; with
           ``return_attention_weights=True`` also ``(edge_index, alpha)`` with
           ``alpha`` of shape ``(E, H)`` or ``(E, B, H)``.
+
+    Example:
+        >>> import torch
+        >>> from pyg_lie.nn import S2AttentionConv
+        >>> _ = torch.manual_seed(0)
+        >>> layer = S2AttentionConv(8, 16, heads=2)
+        >>> x = torch.randn(5, 8)                # features of 5 points on the sphere
+        >>> w = torch.full((5,), 4 * torch.pi / 5)  # the area each point represents
+        >>> edge_index = torch.tensor([[0, 1, 2, 3, 4, 1], [1, 2, 3, 4, 0, 0]])
+        >>> layer(x, edge_index, quad_weights=w).shape
+        torch.Size([5, 16])
+        >>> x_coarse = torch.randn(2, 8)         # bipartite: 5 sources, 2 targets
+        >>> layer((x, x_coarse), torch.tensor([[0, 1, 2, 3], [0, 0, 1, 1]]), quad_weights=w).shape
+        torch.Size([2, 16])
     """
 
     # trailing singleton dims of the projection weights (torch-harmonics grids use (1, 1))

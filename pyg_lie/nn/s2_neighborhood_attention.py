@@ -154,6 +154,14 @@ class S2NeighborhoodAttention(S2AttentionConv):
         ``query (B, C_in, nlat_out, nlon_out)``, ``key``/``value``
         ``(B, C_in, nlat_in, nlon_in)`` (default: ``query``) ->
         ``(B, out_channels, nlat_out, nlon_out)``.
+
+    Example:
+        >>> import torch
+        >>> from pyg_lie.nn import S2NeighborhoodAttention
+        >>> _ = torch.manual_seed(0)
+        >>> layer = S2NeighborhoodAttention(4, in_shape=(8, 16), out_shape=(4, 8), num_heads=2)
+        >>> layer(torch.randn(3, 4, 4, 8), key=torch.randn(3, 4, 8, 16), value=torch.randn(3, 4, 8, 16)).shape
+        torch.Size([3, 4, 4, 8])
     """
 
     _weight_suffix = (1, 1)

@@ -35,6 +35,17 @@ class VectorTokenAttention(MessagePassing):
     (N_dst, in_channels))`` (queries from the targets, keys and values from the sources),
     ``edge_index (2, E)`` -> ``(N_dst, out_channels)``, and with
     ``return_attention_weights=True`` also ``(edge_index, alpha (E, heads))``.
+
+    Example:
+        >>> import torch
+        >>> from pyg_lie.nn import VectorTokenAttention
+        >>> _ = torch.manual_seed(0)
+        >>> layer = VectorTokenAttention(6, 8, heads=2)
+        >>> x = torch.randn(4, 6)
+        >>> edge_index = torch.tensor([[0, 1, 2, 3, 3], [1, 2, 3, 0, 1]])
+        >>> out, (ei, alpha) = layer(x, edge_index, return_attention_weights=True)
+        >>> out.shape, alpha.shape
+        (torch.Size([4, 8]), torch.Size([5, 2]))
     """
 
     def __init__(self, in_channels: int, out_channels: int, heads: int = 1, dropout: float = 0.0, *,

@@ -116,6 +116,20 @@ class EquivariantSelfAttention(MessagePassing):
         output ``(N, V.dim)``; with ``return_attention_weights=True`` also
         ``(edge_index, alpha)``, PyG's convention, with ``alpha (E, num_heads)`` in the order of
         ``edge_index`` (which is returned as given, an ``EdgeIndex`` included).
+
+    Example:
+        >>> import torch
+        >>> from pyg_lie.vit import EquivariantSelfAttention, FieldType
+        >>> from pyg_lie.vit.attention import complete_graph
+        >>> _ = torch.manual_seed(0)
+        >>> V = FieldType.regular("C4", 2)       # 2 copies of C4's regular representation
+        >>> layer = EquivariantSelfAttention(V, heads=2)
+        >>> x, edge_index = torch.randn(5, V.dim), complete_graph(1, 5)
+        >>> out = layer(x, edge_index)
+        >>> out.shape
+        torch.Size([5, 8])
+        >>> torch.allclose(layer(V.transform(x, 1), edge_index), V.transform(out, 1), atol=1e-5)  # equivariant
+        True
     """
 
     def __init__(self, field_type: FieldType, heads: int = 1, attention: str = "coupled",

@@ -414,6 +414,17 @@ class EquivariantViT(nn.Module):
         return GeometricTensor(x, ftype)
 
     def forward(self, images: Tensor) -> Tensor:
+        """Invariant logits of a batch of images.
+
+        Args:
+            images: ``(B, in_channels, img_size, img_size)``; hex grids also take resampled
+                pixels ``(B, in_channels, num_pixels)``; with ``in_type`` an escnn
+                ``GeometricTensor`` of that type, ``(B, in_type.size, img_size, img_size)``.
+
+        Returns:
+            ``(B, num_classes)`` logits, ``G``-invariant: the class token after the last block
+            and the final norm, invariantised (Eq. 15), through the linear head.
+        """
         x = self.features(images)
         cls = self.norm(x[:, 0])
         return self.head(self.head_dropout(self.invariants(cls)))

@@ -160,9 +160,8 @@ class LieAlgebraAttention(MessagePassing):
                  **kwargs) -> None:
         kwargs.setdefault("aggr", "add")
         super().__init__(node_dim=0, **kwargs)
-        for name, v in (("in_channels", in_channels), ("out_channels", out_channels),
-                        ("heads", heads), ("kernel_dim", kernel_dim)):
-            positive_int(name, v)
+        in_channels, out_channels = positive_int("in_channels", in_channels), positive_int("out_channels", out_channels)
+        heads, kernel_dim = positive_int("heads", heads), positive_int("kernel_dim", kernel_dim)
         if score not in SCORES:
             raise ValueError(f"score must be one of {SCORES}, got {score!r} "
                              "(the vector-token baseline is pyg_lie.models.VectorTokenTransformer)")
@@ -174,8 +173,7 @@ class LieAlgebraAttention(MessagePassing):
                              f"head width, or concat=False (every head of width out_channels, averaged)")
         if chart not in CHART_MODES:
             raise ValueError(f"chart must be one of {CHART_MODES}, got {chart!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        dropout = checks.probability("dropout", dropout)
         self.group = get_group(group)
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
         #: width of each head's output

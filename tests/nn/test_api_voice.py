@@ -199,3 +199,13 @@ def test_invariants_and_edge_attr_by_keyword(no_deprecation):
     for layer in (lsa, laa):
         assert "fourth positional argument" in type(layer).forward.__doc__
         assert "fourth positional argument" in type(layer).__doc__
+
+
+def test_lie_algebra_attention_checks_through_the_shared_helpers():
+    """Issue 42.3: the constructor's checks are _checks' (one message for one mistake)."""
+    for kw, name in ((dict(dropout="a"), "dropout"), (dict(dropout=float("nan")), "dropout"),
+                     (dict(dropout=1.0), "dropout"), (dict(heads=True), "heads"), (dict(kernel_dim=2.5), "kernel_dim")):
+        with pytest.raises(ValueError, match=f"{name} must be"):
+            LieAlgebraAttention(8, 8, "SE2", **{"heads": 1, **kw})
+    layer = LieAlgebraAttention(8, 8, "SE2", heads=2, dropout=0.25)
+    assert type(layer.heads) is int and layer.dropout == 0.25

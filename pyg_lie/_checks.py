@@ -10,6 +10,8 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from ._tracing import compiling, tracing  # noqa: F401  (tracing: the name callers import from here)
+
 
 def positive_int(name: str, value: Any) -> int:
     """``value`` as an ``int >= 1`` (numpy and torch integers included, bools not)."""
@@ -110,7 +112,7 @@ def batch_vector(batch: Any, num_nodes: int, per: str = "node", num_graphs: Opti
         raise ValueError(f"batch must be a 1-D tensor with one graph id per {per} ({num_nodes}), got {got}")
     if batch.is_floating_point() or batch.is_complex() or batch.dtype == torch.bool:
         raise ValueError(f"batch must hold integer graph ids, got {batch.dtype}; use batch.long()")
-    if num_nodes and not torch.compiler.is_compiling():
+    if num_nodes and not compiling():
         lo, hi = (int(v) for v in torch.aminmax(batch))
         if lo < 0:
             raise ValueError(f"batch must hold graph ids >= 0, got {lo}")
@@ -156,17 +158,6 @@ def node_features(name: str, x, channels: int, like: Optional[Tensor] = None) ->
     floating(name, x, like)
 
 
-def tracing() -> bool:
-    """True under ``torch.compile`` / ``torch.export`` and while a ``FakeTensorMode`` is active:
-    no tensor values can be read (every data-dependent step must take its traceable form)."""
-    if torch.compiler.is_compiling():
-        return True
-    try:
-        return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
-    except AttributeError:
-        return False
-
-
 def _reads_values(t: Tensor) -> bool:
     """False where a value check cannot or must not read ``t``: under ``torch.compile``, for
     meta and fake tensors and under a fake mode (tracing, ``torch.export``, ``FakeTensorMode``)."""
@@ -188,7 +179,7 @@ def plain_index(name: str, t: Any) -> Tensor:
         raise ValueError(f"{name} must be an integer tensor, got {type(t).__name__}")
     if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
         raise ValueError(f"{name} must hold integer indices, got {t.dtype}; use {name}.long()")
-    if type(t) is not Tensor and not torch.compiler.is_compiling():  # traced tensors are never copied
+    if type(t) is not Tensor and not compiling():  # traced tensors are never copied
         return torch.empty(t.shape, dtype=torch.int64, device=t.device).copy_(t)
     return t if t.dtype == torch.int64 else t.to(torch.int64)
 
@@ -224,7 +215,7 @@ def pointer(name: str, ptr: Any, num_items: int, num_segments: Optional[int] = N
     ``torch.compile`` and for fake tensors) ``ptr[0] = 0``, ``ptr[-1] = num_items``,
     non-decreasing. ``ValueError`` naming ``name`` otherwise."""
     ptr = plain_index(name, ptr)
-    if torch.compiler.is_compiling():
+    if compiling():
         return ptr
     want = "" if num_segments is None else f" ({num_segments + 1},)"
     if ptr.dim() != 1 or ptr.numel() < 1 or (num_segments is not None and ptr.numel() != num_segments + 1):

@@ -95,7 +95,7 @@ def test_where_the_native_path_does_not_apply(monkeypatch):
 
 def test_compiled_graph_matches(monkeypatch):
     """Under torch.compile the native path steps aside (its sizes depend on the data)."""
-    monkeypatch.setattr(radius_graphs, "_is_compiling", lambda: True)
+    monkeypatch.setattr(radius_graphs, "tracing", lambda: True)
     calls = _calls(monkeypatch)
     pos = torch.rand(80, 2, generator=torch.Generator().manual_seed(4))
     out = radius_graph(pos, 0.2)

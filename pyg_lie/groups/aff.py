@@ -25,8 +25,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from .._tracing import tracing
 from ._aff_log import logm, phi
-from .base import LieGroup, _is_compiling, batch_shape, homogeneous, rot2, skew3
+from .base import LieGroup, batch_shape, homogeneous, rot2, skew3
 
 SQRT2 = math.sqrt(2.0)
 SQRT3 = math.sqrt(3.0)
@@ -70,7 +71,7 @@ class _Aff(LieGroup):
     def _check_element(self, g: Tensor, arg: str) -> None:
         """Shape, dtype, finiteness and ``det A > 0`` (the data checks are skipped under torch.compile)."""
         self._check_mat(g, arg)
-        if _is_compiling():
+        if tracing():
             return
         det = torch.linalg.det(g[..., :self.n, :self.n])
         if not bool((det > 0).all()):
@@ -91,7 +92,7 @@ class _Aff(LieGroup):
         raise NotImplementedError
 
     def _check_chart(self, g: Tensor, arg: str) -> None:
-        if _is_compiling():
+        if tracing():
             return
         if not bool(self._in_chart(g[..., :self.n, :self.n]).all()):
             raise ValueError(_CHART_MSG.format(arg=arg, name=self.name))

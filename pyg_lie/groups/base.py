@@ -14,7 +14,7 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from .._checks import tracing
+from .._tracing import tracing
 
 
 # distance to the log's cut within which `one_sided_cut` picks a side, per dtype
@@ -338,7 +338,7 @@ class LieGroup(ABC):
             raise ValueError(
                 f"{arg} must have trailing shape ({m}, {m}) for {self.name}, got {tuple(g.shape)}")
         self._check_dtype(g, arg)
-        if finite and not _is_compiling() and g.device.type != "meta" and not bool(torch.isfinite(g).all()):
+        if finite and not tracing() and g.device.type != "meta" and not bool(torch.isfinite(g).all()):
             raise ValueError(f"{arg} contains non-finite entries (NaN or inf)")
 
     def _check_points(self, x: Tensor, arg: str) -> None:
@@ -349,7 +349,7 @@ class LieGroup(ABC):
             raise ValueError(
                 f"{arg} must have trailing dimension {n} ({self.name} acts on R^{n}), "
                 f"got shape {tuple(x.shape)}")
-        if not _is_compiling() and x.device.type != "meta" and not bool(torch.isfinite(x).all()):
+        if not tracing() and x.device.type != "meta" and not bool(torch.isfinite(x).all()):
             raise ValueError(f"{arg} contains non-finite entries (NaN or inf)")
 
     def __repr__(self) -> str:
@@ -363,7 +363,7 @@ class LieGroup(ABC):
 
 
 #: True under ``torch.compile`` / ``torch.export`` and while a ``FakeTensorMode`` is active
-#: (the one test, :func:`pyg_lie._checks.tracing`, under the name the layers import)
+#: (the one test, :func:`pyg_lie._tracing.tracing`, under the name some layers import)
 _is_compiling = tracing
 
 
@@ -432,7 +432,7 @@ def chart_safe_log(group: LieGroup, rel: Tensor, chart: str = "mask",
     if not group.has_chart_boundary:
         return group.log(rel), None
     w, valid = group.masked_log(rel)  # zeros (and zero gradient) outside the chart
-    if not _is_compiling():
+    if not tracing():
         n_bad = int((~valid).sum())
         if n_bad:
             if chart == "error":

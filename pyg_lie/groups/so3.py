@@ -7,7 +7,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .base import (CUT_TOL, ROTATION_CHORD, LieGroup, LogNormEmbedding, _is_compiling, batch_shape,
+from .._tracing import tracing
+from .base import (CUT_TOL, ROTATION_CHORD, LieGroup, LogNormEmbedding, batch_shape,
                    rot2, skew3)
 
 SQRT2 = math.sqrt(2.0)
@@ -74,7 +75,7 @@ def rot_coeff_d(t: Tensor) -> Tensor:
 
 
 def _check_finite(x: Tensor, arg: str) -> None:
-    if not _is_compiling() and not bool(torch.isfinite(x).all()):
+    if not tracing() and not bool(torch.isfinite(x).all()):
         raise ValueError(f"{arg} contains non-finite entries (NaN or inf)")
 
 
@@ -349,7 +350,7 @@ class SO3(LieGroup):
 def _check_proper(h: Tensor, arg: str) -> None:
     """Finite-subgroup elements must be rotations (det > 0), not reflections."""
     _check_finite(h, arg)
-    if not _is_compiling() and h.numel() and not bool((torch.linalg.det(h) > 0).all()):
+    if not tracing() and h.numel() and not bool((torch.linalg.det(h) > 0).all()):
         raise ValueError(f"{arg} contains elements with det <= 0 (reflections); the stabiliser "
                          f"holds rotations only (use Cn, not Dn, or Tetrahedral/Octahedral/Icosahedral)")
 

@@ -40,7 +40,7 @@ from torch import Tensor
 
 from .. import _checks as checks
 from ..groups import LieGroup
-from ..groups.base import _is_compiling
+from .._tracing import tracing
 from ..groups.so3 import SO3
 from ..nn.group_pool import GroupPool
 from ..nn.lift import Lift, LiftedPoints
@@ -101,7 +101,7 @@ def rotation_part(R: Tensor, name: str = "R", proper: bool = False, check: bool 
                          f"got {got}")
     checks.floating(name, R)
     R = R[..., :3, :3]
-    if check and not _is_compiling() and R.numel():
+    if check and not tracing() and R.numel():
         if not bool(torch.isfinite(R).all()):
             raise ValueError(f"{name} contains non-finite entries (NaN or inf)")
         eye = torch.eye(3, dtype=R.dtype, device=R.device)
@@ -154,7 +154,7 @@ def _blocks(ls, R: Tensor) -> dict:
 def _parity(R: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
     """Proper part ``d R`` and the mask of improper matrices (``None`` when all are proper)."""
     improper = torch.linalg.det(R) < 0
-    if not _is_compiling() and not bool(improper.any()):
+    if not tracing() and not bool(improper.any()):
         return R, None
     return torch.where(improper[..., None, None], -R, R), improper
 

@@ -8,7 +8,7 @@ from torch import Tensor
 
 from .. import _checks as checks
 from .._checks import nonnegative_int
-from ..groups.base import _is_compiling
+from .._tracing import tracing
 from ..ops.graph import complete_edges
 from ._search import _empty
 
@@ -16,7 +16,7 @@ def _sorted_batch(batch: Tensor, N: int, name: str = "batch") -> Tensor:
     """``batch`` checked (one graph id >= 0 per node, sorted) as a plain int64 tensor."""
     checks.batch_vector(batch, N, "node")
     batch = checks.plain_index(name, batch)
-    if N > 1 and not _is_compiling() and bool((batch[1:] < batch[:-1]).any()):
+    if N > 1 and not tracing() and bool((batch[1:] < batch[:-1]).any()):
         raise ValueError(f"{name} must be sorted (PyG convention: the nodes of a graph are contiguous); "
                          f"sort the nodes by {name} first")
     return batch

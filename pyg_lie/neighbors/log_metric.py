@@ -12,8 +12,9 @@ from torch import Tensor
 
 from .. import _checks as checks
 from .._checks import positive_int
+from .._tracing import tracing
 from ..groups import LieGroup, get_group
-from ..groups.base import LogNormEmbedding, _is_compiling, chart_safe_log
+from ..groups.base import LogNormEmbedding, chart_safe_log
 from ._search import _scipy_available
 from .complete import _sorted_batch
 from .radius_graphs import radius_graph
@@ -110,7 +111,7 @@ def _check_log_graph_args(group: LieGroup, g: Tensor, self_loops, chunk) -> int:
         raise ValueError(f"g must be a floating-point tensor of {group.name} elements, got "
                          f"{g.dtype if isinstance(g, Tensor) else type(g).__name__}")
     checks.group_elements(group, g, g.shape[0] if g.dim() == 3 else -1)
-    if g.numel() and not _is_compiling() and not bool(torch.isfinite(g).all()):
+    if g.numel() and not tracing() and not bool(torch.isfinite(g).all()):
         raise ValueError("g contains NaN or infinite entries; every element must be a finite matrix")
     if not isinstance(self_loops, bool):
         raise ValueError(f"self_loops must be True or False, got {self_loops!r}")

@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ..groups.base import _is_compiling
+from .._tracing import tracing
 from ..ops import native_available
 from ..ops.graph import radius_graph as radius_graph_op
 from ._search import (_check_batch, _check_k, _check_points, _check_scalar, _check_unit, _group_ptr, _search,
@@ -52,7 +52,7 @@ def _native_radius_graph(pos: Tensor, r: float, batch: Optional[Tensor], loop: b
     built, 1 to 3 dimensions, ``batch`` sorted or ``None``, outside ``torch.compile``; else
     ``None`` (the k-d tree and the other backends then search)."""
     n, d = pos.shape
-    if pos.device.type != "cpu" or not 1 <= d <= 3 or n == 0 or _is_compiling() or not native_available():
+    if pos.device.type != "cpu" or not 1 <= d <= 3 or n == 0 or tracing() or not native_available():
         return None
     if batch is None:
         ptr = torch.tensor([0, n])

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from .. import _checks as checks
 from .._sort import argsort_keys
-from ..groups.base import _is_compiling
+from .._tracing import tracing
 from ..ops import graph as _graph
 from ..ops.sparse import _sddmm_op, _spmm_op
 from ..ops.sparse import transposed_spmm as _transposed_spmm  # noqa: F401 (imported from here)
@@ -89,7 +89,7 @@ class CSRStructure:
         return self.num_nodes if self.num_sources is None else self.num_sources
 
     def __post_init__(self) -> None:
-        if self.checked or _is_compiling():
+        if self.checked or tracing():
             return
         E = self.col.numel()
         if self.num_sources is not None:
@@ -109,7 +109,7 @@ class CSRStructure:
         and ``num_edges`` edges, and with ``num_sources`` that many sources (O(1): for a
         structure passed along with ``edge_index``; left out under ``torch.compile``, where
         sizes are symbols)."""
-        if _is_compiling():
+        if tracing():
             return
         if self.num_nodes != num_nodes or self.col.numel() != num_edges:
             raise ValueError(f"csr: the CSRStructure has {self.num_nodes} nodes and {self.col.numel()} edges but "
@@ -133,7 +133,7 @@ class CSRStructure:
         outside ``[0, num_nodes)``: checked while scanning sorted edges, else by one
         ``aminmax`` (left out under ``torch.compile``)."""
         # under a fake mode and for meta tensors, no data-dependent steps either
-        compiling = _is_compiling() or edge_index.device.type == "meta"
+        compiling = tracing() or edge_index.device.type == "meta"
         if not compiling:
             num_nodes = checks.nonnegative_int("num_nodes", num_nodes)
         checks.edge_index(edge_index)
@@ -195,7 +195,7 @@ class CSRStructure:
             crow_t, col_t, perm_t, iperm_t = _graph.csr_transpose(self.crow, self.col)
         else:
             crow_t, col_t, perm_t, iperm_t = self._bipartite_transpose()
-        if not _is_compiling():
+        if not tracing():
             self.perm_t, self.iperm_t, self.crow_t, self.col_t = perm_t, iperm_t, crow_t, col_t
         return self.crow, self.col, crow_t, col_t, perm_t, iperm_t
 
@@ -220,7 +220,7 @@ def _fits(s: CSRStructure, *ts: Tensor, sources: bool = False) -> None:
     """``ValueError`` unless the node features ``ts`` have the structure's ``num_nodes`` rows
     (with ``sources``: its ``num_src`` rows, which differ in a bipartite structure; left out
     under ``torch.compile``, where sizes are symbols)."""
-    if _is_compiling():
+    if tracing():
         return
     n = s.num_src if sources else s.num_nodes
     for t in ts:

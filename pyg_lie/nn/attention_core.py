@@ -16,7 +16,7 @@ from torch_geometric.utils import scatter, softmax
 from .. import _checks as checks
 from .. import ops
 from .._gather import select
-from ..groups.base import _is_compiling
+from .._tracing import tracing
 from ._autocast import float32_under_autocast
 from ._sparse_ops import CSRStructure, _sddmm_op, _spmm_op, _transposed_spmm, csr_aggregate, csr_scores
 
@@ -62,7 +62,7 @@ def edge_attention(
         if ptr.dim() != 1 or ptr.numel() != num_nodes + 1:
             raise ValueError(f"ptr must be the CSR pointer of the targets, shape ({num_nodes + 1},) "
                              f"(num_nodes + 1), got {tuple(ptr.shape)}")
-        if not _is_compiling():  # (under torch.compile, evaluating the sizes alone broke dynamic-shape guards)
+        if not tracing():  # (under torch.compile, evaluating the sizes alone broke dynamic-shape guards)
             E = score.shape[0] if score.dim() else 0
             if index.dim() != 1 or index.numel() != E:
                 raise ValueError(f"index must hold the target of each of the {E} edges, got shape "
@@ -205,13 +205,13 @@ def csr_softmax_attention(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: T
     where the unfused operators (:func:`~._sparse_ops.csr_scores`, :func:`csr_edge_attention`)
     compute it.
     """
-    if not _is_compiling():  # (evaluating the sizes alone broke guards of dynamic shapes)
+    if not tracing():  # (evaluating the sizes alone broke guards of dynamic shapes)
         s.check(q.shape[0], s.col.numel())
         if l.shape != (q.shape[1], s.col.numel()):
             raise ValueError(f"the location scores must have shape (H, E) = {(q.shape[1], s.col.numel())}, one "
                              f"per head and edge of the structure, got {tuple(l.shape)} (location features of "
                              f"another length, e.g. a rel_log that is not of these edges?)")
-    if _is_compiling() or (s.complete and not ops.serves(q)) or s.num_sources is not None:
+    if tracing() or (s.complete and not ops.serves(q)) or s.num_sources is not None:
         # complete clouds: batched dense products; traced: the unfused operators, which trace as they are;
         # bipartite: the fused kernels take one node set
         return _unfused_csr_attention(s, q, k, v, l)

@@ -36,7 +36,7 @@ from torch import Tensor
 from .. import _checks as checks
 from .._checks import positive_int
 from ..groups import LieGroup, get_group
-from ..groups.base import _is_compiling
+from .._tracing import tracing
 from ..groups.finite import Cn, FiniteGroup, finite_group
 
 __all__ = ["Lift", "LiftedPoints", "finite_subgroup", "check_point_cloud", "LIFT_MODES"]
@@ -90,7 +90,7 @@ def check_point_cloud(group: LieGroup, x: Optional[Tensor], pos: Tensor,
         checks.floating("x", x)
     if batch is not None:
         checks.batch_vector(batch, pos.size(0), "point")
-    if not _is_compiling() and not bool(torch.isfinite(pos).all()):
+    if not tracing() and not bool(torch.isfinite(pos).all()):
         raise ValueError("pos contains non-finite entries (NaN or inf); remove or fix those points")
 
 

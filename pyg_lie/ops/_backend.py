@@ -9,6 +9,8 @@ from typing import Dict, Iterator, Tuple
 
 import torch
 
+from .._tracing import compiling
+
 __all__ = ["BACKENDS", "set_backend", "get_backend", "backend", "dispatch_counts", "reset_dispatch_counts",
            "triton_available", "native_available"]
 
@@ -130,7 +132,7 @@ def direct(*ts) -> bool:
     small graph): eager mode on plain CPU or CUDA tensors, no ``torch.compile`` tracing, no
     dispatch mode (fake tensors, ``make_fx``), no functorch transform and no autocast (which
     the registered operators handle). The result is the same either way."""
-    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():
+    if compiling() or torch._C._len_torch_dispatch_stack():
         return False
     if torch._C._functorch.peek_interpreter_stack() is not None:
         return False

@@ -7,6 +7,8 @@ from typing import Callable, Optional, Tuple
 import torch
 from torch import Tensor
 
+from .._tracing import compiling
+
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _INTS = (torch.int32, torch.int64)
 
@@ -102,7 +104,7 @@ def validating(validate: Optional[bool], *ts: Optional[Tensor]) -> bool:
     tensors (the native kernels read them; on a GPU the check costs a device sync); never
     while tracing (data-dependent checks would break the graph)."""
     from .._checks import _reads_values
-    if torch.compiler.is_compiling() or not all(t is None or _reads_values(t) for t in ts):
+    if compiling() or not all(t is None or _reads_values(t) for t in ts):
         return False
     if validate is None:
         return all(t is None or t.device.type == "cpu" for t in ts)

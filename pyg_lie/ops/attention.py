@@ -16,6 +16,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from .._tracing import compiling
 from . import _backend
 from ._common import (autocasting, check_csr, check_csr_values, eager_function, float32_under_autocast,
                       float_tensor, index_tensor, plain, rows_of, same_device, same_dtype, transpose_csr)
@@ -272,7 +273,7 @@ def csr_attention(q: Tensor, k: Tensor, v: Tensor, crow: Tensor, col: Tensor, l:
     if b is not None and b.shape not in ((E,), (H, E)):
         raise ValueError(f"b must be (E,) = {(E,)} or (H, E) = {(H, E)}, got {tuple(b.shape)}")
     check_csr(crow, col, N, k.shape[0])
-    if torch.compiler.is_compiling():
+    if compiling():
         validate = False  # data-dependent checks would break the graph; check outside
     validate = validate or (validate is None and crow.device.type == "cpu")
     if validate:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._tracing import compiling
 from . import _backend
 from ._common import check_complete_start  # noqa: F401  (also used by the native kernel)
 
@@ -102,7 +103,7 @@ def _fits(name: str, count: int) -> int:
 def _reads(*ts: Tensor) -> bool:
     """Value checks may read these tensors (not while tracing, not fake or meta)."""
     from .._checks import _reads_values
-    return not torch.compiler.is_compiling() and all(_reads_values(t) for t in ts)
+    return not compiling() and all(_reads_values(t) for t in ts)
 
 
 def _csr(crow, col, name: str = "crow") -> Tuple[Tensor, Tensor]:
@@ -284,7 +285,7 @@ def expand_edges(ptr: Tensor, col: Tensor, K: int) -> Tensor:
     from .._checks import positive_int
     K = positive_int("K", K)
     ptr, col = _csr(ptr, col, "ptr")
-    if not torch.compiler.is_compiling():  # (symbolic sizes while tracing)
+    if not compiling():  # (symbolic sizes while tracing)
         _fits("the lifted edge list (E K^2)", col.numel() * K * K)
         _fits("the lifted node count (N K)", (ptr.numel() - 1) * K)
     return _backend.call(_expand_op, _expand_op_impl, ptr, col, K)

@@ -17,6 +17,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from .._tracing import compiling
 from . import _backend
 from ._common import eager_function, float_tensor, plain, same_device
 
@@ -114,7 +115,7 @@ def se2_relative_log(g: Tensor, edge_index: Tensor, cut_below: Optional[float] =
     same_device(g=g, edge_index=edge_index)
     from .._checks import finite_float
     if cut_below is not None:  # (a symbolic float while tracing: checked in eager calls)
-        cut_below = float(cut_below) if torch.compiler.is_compiling() else finite_float("cut_below", cut_below,
+        cut_below = float(cut_below) if compiling() else finite_float("cut_below", cut_below,
                                                                                         ", or None")
     args = (g, edge_index.long(), cut_below)
     return _RelativeLog.apply(*args) if _backend.direct(g, args[1]) else _se2_log_op(*args)

@@ -43,6 +43,8 @@ import torch
 from torch import Tensor
 from torch._subclasses.fake_tensor import FakeTensor
 
+from ..._tracing import fake_mode
+
 __all__ = ["available", "uses_openmp", "headwise_supported", "headwise_forward", "headwise_backward",
            "csr_supported", "csr_sddmm", "csr_spmm", "radix_sort", "expand_edges", "complete_edges", "csr_scan",
            "csr_transpose",
@@ -192,13 +194,6 @@ def _load() -> Optional[ctypes.CDLL]:
 _BAD_INDEX = 3  # CSR_BAD_INDEX of csr.h
 
 
-def _fake_mode_active() -> bool:
-    try:
-        return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
-    except AttributeError:  # a torch without the key
-        return False
-
-
 def _has_storage(t: Tensor) -> bool:
     """False for tensors whose memory C cannot read: meta and fake tensors (and, with them,
     anything traced)."""
@@ -214,7 +209,7 @@ def usable(*ts: Optional[Tensor]) -> bool:
 def available() -> bool:
     """True if the native kernels are enabled (``PYG_LIE_NATIVE`` is not ``0``) and built, and
     no fake-tensor mode is active (under one, the callers take their torch paths)."""
-    return os.environ.get("PYG_LIE_NATIVE", "1") != "0" and not _fake_mode_active() and _load() is not None
+    return os.environ.get("PYG_LIE_NATIVE", "1") != "0" and not fake_mode() and _load() is not None
 
 
 def uses_openmp() -> bool:
@@ -226,7 +221,7 @@ def _plain(t: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
     """``t`` as C reads it: a plain contiguous CPU ``torch.Tensor`` (of ``dtype`` where given).
     Subclasses (``EdgeIndex``, ``Index``, ...) are copied into a fresh tensor: their own
     ``contiguous()`` / ``to()`` keep the subclass and may hand out a null data pointer."""
-    if not _has_storage(t) or _fake_mode_active():
+    if not _has_storage(t) or fake_mode():
         raise RuntimeError("pyg_lie native kernels called on a fake or meta tensor; the callers must take "
                            "their torch paths (pyg_lie.ops._native.available() is False under a fake mode)")
     if t.device.type != "cpu":

@@ -20,14 +20,13 @@ from torch import Tensor
 from .._tracing import compiling
 from . import _backend
 from ._common import eager_function, float_tensor, plain, same_device
+from ._safe import half_cot_half
 
 __all__ = ["se2_relative_log", "composite_se2_relative_log"]
 
 
 def composite_se2_relative_log(g: Tensor, edge_index: Tensor, cut_below: Optional[float]) -> Tensor:
     """The reference semantics of :func:`se2_relative_log` in differentiable torch operations."""
-    from ..groups._safe import half_cot_half  # imported here: pyg_lie.groups imports this package
-
     src, dst = edge_index[0], edge_index[1]
     rows = g[:, :2, :].reshape(g.shape[0], 6)  # R00 R01 t0 R10 R11 t1
     a00, a01, a02, a10, a11, a12 = rows.index_select(0, dst).unbind(1)  # target i

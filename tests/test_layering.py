@@ -1,5 +1,7 @@
-"""The package's layering: the core never imports the application layer, and no module
-imports itself back through others (no import cycles).
+"""The package's layering: the core never imports the application layer, no module imports
+itself back through others (no import cycles), the operator layer ``pyg_lie.ops`` imports
+nothing from the groups, the layers or the graph builders, and the attention engine imports no
+graph builder.
 
 Application: ``pyg_lie.experiments``, ``benchmarks``, ``training``, ``cli`` and the entry point
 ``pyg_lie.__main__``. Core: every other module of the package.
@@ -206,6 +208,70 @@ def test_no_import_cycles():
     assert not cycles, f"{len(cycles)} import cycle(s):\n" + "\n".join(report)
 
 
+def _runtime_edges(mods):
+    edges = defaultdict(set)
+    for m, items in _imports(mods).items():
+        for t, _, runtime in items:
+            if runtime and t in mods and t != m:
+                edges[m].add(t)
+    return edges
+
+
+def _under(module: str, prefixes) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def _reachable_violations(mods, edges, sources, forbidden):
+    """``[(source, forbidden module, path)]``: for every module under ``sources``, each module
+    under ``forbidden`` that its imports reach (directly or through other modules), with one
+    shortest path."""
+    out = []
+    for start in sorted(m for m in mods if _under(m, sources)):
+        prev = {start: None}
+        queue = deque([start])
+        while queue:
+            v = queue.popleft()
+            for w in sorted(edges[v]):
+                if w in prev:
+                    continue
+                prev[w] = v
+                if _under(w, forbidden):
+                    path = [w]
+                    while prev[path[-1]] is not None:
+                        path.append(prev[path[-1]])
+                    out.append((start, w, list(reversed(path))))
+                else:
+                    queue.append(w)
+    return out
+
+
+#: the operator layer, and what it must not import (directly or through other modules)
+OPS = ("pyg_lie.ops",)
+ABOVE_OPS = ("pyg_lie.groups", "pyg_lie.nn", "pyg_lie.neighbors", "pyg_lie.models", "pyg_lie.vit")
+#: the attention engine, and the graph builders it must not import. (``pyg_lie.nn._s2_kernels``,
+#: the S^2 attention step, still re-exports ``geodesic_neighbors`` of ``nn._s2_graph`` for
+#: ``S2NeighborhoodAttention``'s import; it joins ENGINE once that layer imports ``_s2_graph``.)
+ENGINE = ("pyg_lie.nn.attention_core", "pyg_lie.nn._sparse_ops")
+GRAPH_BUILDERS = ("pyg_lie.neighbors", "pyg_lie.nn._s2_graph", "pyg_lie.nn.lifted_edges")
+
+
+def test_ops_imports_no_group_layer_or_graph_builder():
+    mods = _modules()
+    bad = _reachable_violations(mods, _runtime_edges(mods), OPS, ABOVE_OPS)
+    assert not bad, ("pyg_lie.ops must import nothing from the groups, the layers or the graph builders "
+                     "(pass what it needs as arguments, or move the helper into ops):\n"
+                     + "\n".join(f"  {s} reaches {t}: {' -> '.join(p)}" for s, t, p in bad))
+
+
+def test_engine_imports_no_graph_builder():
+    mods = _modules()
+    for m in ENGINE:
+        assert m in mods, f"{m} is gone: update ENGINE"
+    bad = _reachable_violations(mods, _runtime_edges(mods), ENGINE, GRAPH_BUILDERS)
+    assert not bad, ("the attention engine must import no graph builder (the layers build graphs and pass "
+                     "them in):\n" + "\n".join(f"  {s} reaches {t}: {' -> '.join(p)}" for s, t, p in bad))
+
+
 def test_the_scans_can_fail(tmp_path):
     """The scanners see a deferred relative import of a submodule, a string reference, a
     type-only import and a cycle (on synthetic sources)."""
@@ -219,3 +285,9 @@ def test_the_scans_can_fail(tmp_path):
     edges = defaultdict(set, {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}})
     assert sorted(_strongly_connected("abcd", edges)) == [["a", "b", "c"], ["d"]]
     assert _shortest_cycle("a", edges, {"a", "b", "c"}) == ["a", "b", "c", "a"]
+    deep = defaultdict(set, {"pyg_lie.ops.a": {"pyg_lie._x"}, "pyg_lie._x": {"pyg_lie.groups.b"},
+                             "pyg_lie.nn.c": {"pyg_lie.ops.a"}})
+    table = dict.fromkeys(["pyg_lie.ops.a", "pyg_lie._x", "pyg_lie.groups.b", "pyg_lie.nn.c"], p)
+    assert _reachable_violations(table, deep, OPS, ABOVE_OPS) == [
+        ("pyg_lie.ops.a", "pyg_lie.groups.b", ["pyg_lie.ops.a", "pyg_lie._x", "pyg_lie.groups.b"])]
+    assert _reachable_violations(table, deep, ("pyg_lie.nn",), ("pyg_lie.groups",))[0][2][-1] == "pyg_lie.groups.b"

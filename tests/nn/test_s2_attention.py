@@ -12,7 +12,7 @@ th = pytest.importorskip("torch_harmonics")
 from torch_harmonics import NeighborhoodAttentionS2  # noqa: E402
 
 from pyg_lie.nn import S2AttentionConv, S2NeighborhoodAttention  # noqa: E402
-from pyg_lie.nn._s2_kernels import _geodesic_radius_bruteforce, geodesic_neighbors  # noqa: E402
+from pyg_lie.nn._s2_graph import _geodesic_radius_bruteforce, geodesic_neighbors  # noqa: E402
 from pyg_lie.nn.s2_neighborhood_attention import grid_graph, grid_points  # noqa: E402
 
 GRIDS = ["equiangular", "legendre-gauss", "lobatto", "equiangular-trapezoidal"]

@@ -103,15 +103,21 @@ def edge_index(value: Any) -> None:
         raise ValueError(f"edge_index must hold integer node indices, got {value.dtype}; use edge_index.long()")
 
 
+def graph_ids(name: str, batch: Any, num_nodes: int, per: str = "node") -> None:
+    """``batch`` must be a 1-D integer tensor with one graph id per node, ``(num_nodes,)``; the
+    ids are not read (:func:`batch_vector` moreover wants them ``>= 0``)."""
+    if not isinstance(batch, Tensor) or batch.dim() != 1 or batch.numel() != num_nodes:
+        got = tuple(batch.shape) if isinstance(batch, Tensor) else type(batch).__name__
+        raise ValueError(f"{name} must be a 1-D tensor with one graph id per {per} ({num_nodes}), got {got}")
+    if batch.is_floating_point() or batch.is_complex() or batch.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer graph ids, got {batch.dtype}; use {name}.long()")
+
+
 def batch_vector(batch: Any, num_nodes: int, per: str = "node", num_graphs: Optional[int] = None) -> None:
     """``batch`` must hold one graph id ``>= 0`` per node, as integers: ``(num_nodes,)``, and with
     ``num_graphs`` ids below it. The value checks read the tensor (one device sync), so they
     are left out under ``torch.compile``."""
-    if not isinstance(batch, Tensor) or batch.dim() != 1 or batch.numel() != num_nodes:
-        got = tuple(batch.shape) if isinstance(batch, Tensor) else type(batch).__name__
-        raise ValueError(f"batch must be a 1-D tensor with one graph id per {per} ({num_nodes}), got {got}")
-    if batch.is_floating_point() or batch.is_complex() or batch.dtype == torch.bool:
-        raise ValueError(f"batch must hold integer graph ids, got {batch.dtype}; use batch.long()")
+    graph_ids("batch", batch, num_nodes, per)
     if num_nodes and not compiling():
         lo, hi = (int(v) for v in torch.aminmax(batch))
         if lo < 0:

@@ -154,8 +154,8 @@ def sample_elements(group: Any, num: int, generator: Optional[torch.Generator] =
     if isinstance(group, str):
         from .groups import get_group
         group = get_group(group)
-    if not isinstance(num, int) or isinstance(num, bool) or num < 1:
-        raise ValueError(f"num_elements must be a positive int, got {num!r}")
+    from ._checks import positive_int
+    num = positive_int("num_elements", num)
     if hasattr(group, "random"):
         return group.random(num, generator=generator, dtype=dtype)
     if hasattr(group, "elements"):

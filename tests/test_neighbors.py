@@ -482,7 +482,7 @@ def test_knn_graph_unsorted_batch_empty_and_errors():
         nb.knn_graph(pos, 2.0)
     with pytest.raises(ValueError, match="floating-point"):
         nb.knn_graph(pos.long(), 2)
-    with pytest.raises(ValueError, match="batch must be 1-D"):
+    with pytest.raises(ValueError, match="batch must be a 1-D tensor"):
         nb.knn_graph(pos, 2, batch[:-1])
 
 

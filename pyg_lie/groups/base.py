@@ -14,6 +14,7 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from .._checks import positive_int
 from .._tracing import tracing
 
 
@@ -277,8 +278,7 @@ class LieGroup(ABC):
         if subgroup is not None:
             h = self.stabilizer_embed(subgroup.to(points.dtype).to(points.device))  # (K, m, m)
             return s.unsqueeze(1) @ h.unsqueeze(0)
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        num_samples = positive_int("num_samples", num_samples)
         h = self.stabilizer_random(points.shape[0], num_samples, generator=generator,
                                    dtype=points.dtype, device=points.device)
         return s.unsqueeze(1) @ h
@@ -323,7 +323,7 @@ class LieGroup(ABC):
 
     def _check_vec(self, xi: Tensor, arg: str) -> None:
         if not isinstance(xi, Tensor):
-            raise TypeError(f"{arg} must be a torch.Tensor, got {type(xi).__name__}")
+            raise ValueError(f"{arg} must be a torch.Tensor, got {type(xi).__name__}")
         if xi.dim() < 1 or xi.shape[-1] != self.dim:
             raise ValueError(
                 f"{arg} must have trailing dimension {self.dim} (the {self.name} algebra), "
@@ -333,7 +333,7 @@ class LieGroup(ABC):
     def _check_mat(self, g: Tensor, arg: str, finite: bool = True) -> None:
         m = self.matrix_size
         if not isinstance(g, Tensor):
-            raise TypeError(f"{arg} must be a torch.Tensor, got {type(g).__name__}")
+            raise ValueError(f"{arg} must be a torch.Tensor, got {type(g).__name__}")
         if g.dim() < 2 or g.shape[-2:] != (m, m):
             raise ValueError(
                 f"{arg} must have trailing shape ({m}, {m}) for {self.name}, got {tuple(g.shape)}")
@@ -344,7 +344,7 @@ class LieGroup(ABC):
     def _check_points(self, x: Tensor, arg: str) -> None:
         n = self.space_dim
         if not isinstance(x, Tensor):
-            raise TypeError(f"{arg} must be a torch.Tensor, got {type(x).__name__}")
+            raise ValueError(f"{arg} must be a torch.Tensor, got {type(x).__name__}")
         if x.dim() < 1 or x.shape[-1] != n:
             raise ValueError(
                 f"{arg} must have trailing dimension {n} ({self.name} acts on R^{n}), "

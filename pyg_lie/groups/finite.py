@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._checks import positive_int
 from .base import LieGroup
 
 _PHI = (1 + math.sqrt(5.0)) / 2
@@ -198,9 +199,7 @@ def _rot2(angle: Tensor) -> Tensor:
 
 
 def _check_n(n) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
-    return n
+    return positive_int("n", n)
 
 
 J2 = np.array([[0.0, -1.0], [1.0, 0.0]])

@@ -51,9 +51,9 @@ class PairwiseMLPPotential(nn.Module):
 
     def __init__(self, in_channels: int = 2, hidden_channels: int = 32, num_layers: int = 2) -> None:
         super().__init__()
-        if in_channels < 0 or hidden_channels < 1 or num_layers < 1:
-            raise ValueError(f"need in_channels >= 0, hidden_channels >= 1, num_layers >= 1; got "
-                             f"{in_channels}, {hidden_channels}, {num_layers}")
+        in_channels = checks.nonnegative_int("in_channels", in_channels)
+        hidden_channels = checks.positive_int("hidden_channels", hidden_channels)
+        num_layers = checks.positive_int("num_layers", num_layers)
         layers, c = [], 1 + 2 * in_channels
         for _ in range(num_layers):
             layers += [nn.Linear(c, hidden_channels), nn.Tanh()]
@@ -90,8 +90,7 @@ class HamiltonianNODE(nn.Module):
         if not isinstance(potential, nn.Module):
             raise ValueError(f"potential must be an nn.Module mapping (x, pos, batch) -> (num_graphs, 1), "
                              f"got {type(potential).__name__}")
-        if space_dim < 1:
-            raise ValueError(f"space_dim must be >= 1, got {space_dim}")
+        space_dim = checks.positive_int("space_dim", space_dim)
         self.potential = potential
         self.space_dim = space_dim
 

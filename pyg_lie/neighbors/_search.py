@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .. import _checks as checks
 from .._sort import argsort_keys, sort_keys
 
 BACKENDS = ("auto", "kdtree", "torch_cluster", "cdist")
@@ -121,29 +122,19 @@ def _check_points(pos: Tensor, name: str, dim: Optional[int] = None) -> None:
 
 
 def _check_scalar(r, name: str) -> float:
-    if isinstance(r, Tensor):
-        if r.numel() != 1:
-            raise ValueError(f"{name} must be a number, got a tensor of shape {tuple(r.shape)}")
+    if isinstance(r, Tensor) and r.numel() == 1:
         r = r.item()
-    if isinstance(r, bool) or not isinstance(r, numbers.Real):
+    if isinstance(r, bool) or not isinstance(r, (numbers.Real, Tensor)):  # no flags, no strings
         raise ValueError(f"{name} must be a real number, got {type(r).__name__}")
-    r = float(r)
-    if not math.isfinite(r) or r < 0:
-        raise ValueError(f"{name} must be finite and >= 0, got {r}")
-    return r
+    return checks.nonnegative_float(name, r)
 
 
 def _check_batch(batch: Optional[Tensor], n: int, device: torch.device, name: str,
                  pos_name: str) -> Optional[Tensor]:
+    """``batch`` (any integer graph ids, one per row of ``pos_name``) as int64, or ``None``."""
     if batch is None:
         return None
-    if not isinstance(batch, Tensor):
-        raise ValueError(f"{name} must be a 1-D integer tensor or None, got {type(batch).__name__}")
-    if batch.dim() != 1 or batch.numel() != n:
-        raise ValueError(f"{name} must be 1-D of length {pos_name}.size(0) = {n}, got shape "
-                         f"{tuple(batch.shape)}")
-    if batch.dtype == torch.bool or batch.is_floating_point() or batch.is_complex():
-        raise ValueError(f"{name} must have an integer dtype, got {batch.dtype}; use {name}.long()")
+    checks.graph_ids(name, batch, n, f"row of {pos_name}")
     if batch.device != device:
         raise ValueError(f"{name} is on {batch.device} but {pos_name} is on {device}; "
                          f"move it with {name}.to({pos_name}.device)")
@@ -151,11 +142,10 @@ def _check_batch(batch: Optional[Tensor], n: int, device: torch.device, name: st
 
 
 def _check_k(k) -> Optional[int]:
+    """``max_num_neighbors``: ``None`` (no truncation) or an int ``>= 0``."""
     if k is None:
         return None
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
-        raise ValueError(f"max_num_neighbors must be None (no truncation) or an int >= 0, got {k!r}")
-    return min(int(k), 1 << 62)  # beyond any point count; keeps comparisons in int64
+    return min(checks.nonnegative_int("max_num_neighbors", k), 1 << 62)  # beyond any point count; int64-safe
 
 
 def _check_unit(pos: Tensor, name: str) -> None:

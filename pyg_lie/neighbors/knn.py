@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import itertools
 import math
-import numbers
 from typing import Optional
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from .. import _checks as checks
 from .._sort import sort_keys
 from ._search import (_check_batch, _check_points, _diameter, _empty, _masked, _search, _squared_distances,
                       resolve_backend)
@@ -31,9 +31,7 @@ def knn_graph(pos: Tensor, k: int, batch: Optional[Tensor] = None, loop: bool = 
         ``(2, E)`` int64, row 0 source ``j``, row 1 target ``i``, sorted by ``(i, j)``.
     """
     _check_points(pos, "pos")
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
-        raise ValueError(f"k must be an int >= 0, got {k!r}")
-    k = min(int(k), pos.size(0))  # the same graph: no point has more neighbours (and k stays an int64)
+    k = min(checks.nonnegative_int("k", k), pos.size(0))  # the same graph: no point has more neighbours (and k stays an int64)
     batch = _check_batch(batch, pos.size(0), pos.device, "batch", "pos")
     be = resolve_backend(backend, pos.device)
     if pos.size(0) == 0 or k == 0:

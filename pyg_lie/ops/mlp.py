@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .._checks import positive_int
 from . import _backend
 from ._common import autocasting, float32_under_autocast, float_tensor, plain, same_device, same_dtype
 
@@ -258,9 +259,7 @@ def mlp(x: Tensor, params: Sequence[Tensor], headwise: bool = False, chunk: Opti
     if headwise and prev != 1:
         raise ValueError(f"a headwise MLP has one output a head: the last weight must be (H, 1, in), got "
                          f"{tuple(params[-2].shape)}")
-    chunk = DEFAULT_CHUNK if chunk is None else int(chunk)
-    if chunk < 1:
-        raise ValueError(f"chunk must be a positive int, got {chunk}")
+    chunk = DEFAULT_CHUNK if chunk is None else positive_int("chunk", chunk)
     if _backend.direct(x, *params):
         return _MLP.apply(x, headwise, chunk, *params)
     return _mlp_op(x, params, headwise, chunk)

@@ -155,9 +155,9 @@ def test_index_of_and_repr():
 
 @pytest.mark.parametrize("bad", [0, -3, 2.5, "4", True])
 def test_invalid_n(bad):
-    with pytest.raises(ValueError, match="n must be a positive integer"):
+    with pytest.raises(ValueError, match="n must be a positive int"):
         Cn(bad)
-    with pytest.raises(ValueError, match="n must be a positive integer"):
+    with pytest.raises(ValueError, match="n must be a positive int"):
         Dn(bad)
 
 

@@ -226,3 +226,22 @@ def test_relative_log_is_left_invariant(name):
     with pytest.raises(AssertionError, match="not equivariant"):
         assert_equivariant(lambda g, ei: G.log(g)[ei[0]], (g, edge_index), G, ("elements", "invariant"),
                            "invariant", elements=G.exp(_small_algebra(G, 4, scale=0.2)), perturb=perturb)
+
+
+@pytest.mark.parametrize("name", sorted(GROUPS))
+def test_non_tensor_arguments_raise_value_error(name):
+    """A list where a tensor belongs is a ValueError naming the argument (as in pyg_lie._checks)."""
+    G = get_group(name)
+    with pytest.raises(ValueError, match="xi must be a torch.Tensor"):
+        G.hat([0.0] * G.dim)
+    with pytest.raises(ValueError, match="X must be a torch.Tensor"):
+        G.vee(np.zeros((G.matrix_size, G.matrix_size)))
+    with pytest.raises(ValueError, match="x must be a torch.Tensor"):
+        G.act(torch.eye(G.matrix_size, dtype=torch.float64), [0.0] * G.space_dim)
+
+
+@pytest.mark.parametrize("bad", [0, 2.5, True, "2"])
+def test_num_samples_must_be_a_positive_int(bad):
+    G = get_group("SE2")
+    with pytest.raises(ValueError, match="num_samples must be a positive int"):
+        G.lift(torch.zeros(3, 2, dtype=torch.float64), num_samples=bad)

@@ -156,3 +156,13 @@ def test_registered_segment_softmax_checks_cpu_pointers_too(dtype):
             torch.ops.pyg_lie.segment_softmax(s, torch.tensor(ptr), 1)
         with pytest.raises(ValueError, match="ptr"):
             torch.ops.pyg_lie.segment_softmax_backward(s, s, torch.tensor(ptr), 1)
+
+
+@pytest.mark.parametrize("bad", [0, 2.5, True])
+def test_mlp_chunk_must_be_a_positive_int(bad):
+    x = torch.randn(5, 3, dtype=torch.float64)
+    params = [torch.randn(4, 3, dtype=torch.float64), torch.randn(4, dtype=torch.float64),
+              torch.randn(2, 4, dtype=torch.float64), torch.randn(2, dtype=torch.float64)]
+    with pytest.raises(ValueError, match="chunk must be a positive int"):
+        ops.mlp(x, params, chunk=bad)
+    assert torch.allclose(ops.mlp(x, params, chunk=2), ops.mlp(x, params))

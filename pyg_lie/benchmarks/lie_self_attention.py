@@ -246,8 +246,8 @@ def run_config(cfg: Dict) -> Dict:
                                **arch)
         if cfg["impl"] == "model-compiled":  # blocks compiled one by one (the lift and graph stay eager)
             # fresh caches per configuration: otherwise the shapes of the previous configuration
-            # make dynamo recompile with dynamic shapes, whose kernels are slower (SE2 K4 32x32:
-            # 0.89 s against 0.23 s with static shapes), which no user with one model sees
+            # make dynamo recompile with dynamic shapes, whose kernels are slower than the
+            # static-shape ones, which no user with one model sees
             torch._dynamo.reset()
             for i, blk in enumerate(model.blocks):
                 model.blocks[i] = torch.compile(blk, fullgraph=True)

@@ -11,42 +11,30 @@ and is differentiable.
 """
 from __future__ import annotations
 
+from .aff import Aff2, Aff3
 from .base import LieGroup
+from .finite import Cn, Dn, FiniteGroup, FiniteO2Group, Icosahedral, Octahedral, Tetrahedral, finite_group
 from .se2 import SE2
+from .se3 import SE3
 from .so2 import SO2
+from .so3 import SO3
 from .tn import Tn
 
-__all__ = ["LieGroup", "Tn", "SO2", "SE2", "get_group", "GROUPS"]
+__all__ = ["LieGroup", "Tn", "SO2", "SE2", "get_group", "GROUPS", "SO3", "SE3", "Aff2", "Aff3",
+           "FiniteGroup", "FiniteO2Group", "Cn", "Dn", "Tetrahedral", "Octahedral", "Icosahedral", "finite_group"]
 
-# name -> factory; filled below and extended by the modules that define more groups
+#: name -> factory of every Lie group
 GROUPS = {
     "T1": lambda: Tn(1),
     "T2": lambda: Tn(2),
     "T3": lambda: Tn(3),
     "SO2": SO2,
     "SE2": SE2,
+    "SO3": SO3,
+    "SE3": SE3,
+    "Aff2": Aff2,
+    "Aff3": Aff3,
 }
-
-try:  # groups written in their own modules; optional while they land
-    from .so3 import SO3  # noqa: F401
-    from .se3 import SE3  # noqa: F401
-    GROUPS.update({"SO3": SO3, "SE3": SE3})
-    __all__ += ["SO3", "SE3"]
-except ImportError:  # pragma: no cover
-    pass
-try:
-    from .aff import Aff2, Aff3  # noqa: F401
-    GROUPS.update({"Aff2": Aff2, "Aff3": Aff3})
-    __all__ += ["Aff2", "Aff3"]
-except ImportError:  # pragma: no cover
-    pass
-try:
-    from .finite import (Cn, Dn, FiniteGroup, FiniteO2Group, Icosahedral, Octahedral,  # noqa: F401
-                         Tetrahedral, finite_group)
-    __all__ += ["FiniteGroup", "FiniteO2Group", "Cn", "Dn", "Tetrahedral", "Octahedral", "Icosahedral",
-                "finite_group"]
-except ImportError:  # pragma: no cover
-    pass
 
 
 def get_group(group: "str | LieGroup") -> LieGroup:

@@ -41,7 +41,7 @@ Backends
   radius is an extra coordinate, so graphs never connect and batches of many
   small molecules do not loop in Python per graph. ``query_pairs`` for
   ``radius_graph``, ``sparse_distance_matrix`` for the bipartite ``radius``
-  (both measured several times faster than ``query_ball_point``).
+  (both return all pairs in one call, where ``query_ball_point`` returns Python lists).
 * ``"torch_cluster"``: :func:`torch_cluster.radius` (CPU and CUDA), imported
   lazily. It truncates silently, so it is called with a bound and the targets
   whose count reached the bound are searched again with a larger one.
@@ -49,15 +49,15 @@ Backends
   ``O(N_x N_y)`` work per graph, memory bounded by ``chunk_elements``.
 * ``"auto"``: on CPU ``"kdtree"`` (if scipy imports; else ``"torch_cluster"``
   if installed; else ``"cdist"``); on CUDA ``"torch_cluster"`` if installed,
-  else ``"cdist"``; on other devices ``"cdist"``. The CPU rule is measured by
-  ``pyg-lie bench neighbors`` (``docs/neighbors.md``): on a small CPU the k-d tree
-  beat torch-cluster from about 10k points on, and ``cdist`` was several times slower.
+  else ``"cdist"``; on other devices ``"cdist"``. The CPU rule follows
+  ``pyg-lie bench neighbors`` (``docs/neighbors.md``), which times the backends on the
+  machine at hand.
   Before any of these, :func:`radius_graph` with ``"auto"`` on CPU, points in 1
   to 3 dimensions, a sorted (or no) ``batch`` and no truncation runs the native
   cell lists of ``_native/radius_graph.c``: one pass, the same float64 rule
   (products and sums rounded one by one, as in the shared step), the edges
-  already in order (several times faster than the k-d tree; run
-  ``pyg-lie bench neighbors`` to see the ratios on a machine).
+  already in order (no tree to build and no sort of the edges; ``pyg-lie bench neighbors``
+  compares it with the k-d tree).
 
 Batches need not be sorted and graph ids may be any integers.
 

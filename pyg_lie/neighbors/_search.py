@@ -295,7 +295,7 @@ def _masked(keep: Tensor, *ts: Tensor) -> Tuple[Tensor, ...]:
 
 def _squared_distances(x: Tensor, y: Tensor, src: Tensor, tgt: Tensor) -> Tensor:
     """``|x_src - y_tgt|^2`` in float64, ``(E,)``; summed column by column (a reduction over a
-    short last axis is several times slower than a few elementwise passes)."""
+    short last axis is slower than a few elementwise passes)."""
     d2 = torch.zeros(src.numel(), dtype=torch.float64, device=src.device)
     for c in range(x.size(1)):
         xc = x[:, c].double()
@@ -337,7 +337,7 @@ def _cand_kdtree(xs: Tensor, ys: Tensor, gxs: Tensor, gys: Tensor, num_graphs: i
     def tree(P: np.ndarray, G: np.ndarray, g0: int, multi: bool):
         if multi:  # graphs apart along an extra axis; within a graph the offset cancels exactly
             P = np.concatenate([P, ((G - g0) * sep)[:, None]], axis=1)
-        # measured: unbalanced, non-compact trees build and query faster here
+        # unbalanced, non-compact trees build and query faster on these point sets
         return cKDTree(P, balanced_tree=False, compact_nodes=False)
 
     g = 0

@@ -40,7 +40,7 @@ def _pairwise_log_norm(group: LieGroup, g_dst: Tensor, g_src: Tensor, chart: str
 GRAPH_METHODS = ("auto", "embedding", "brute")
 
 #: ``method="auto"`` uses the embedding search when the longest sequence has at least
-#: this many elements, on CPU (measured crossover ~100-200 elements on a small CPU)
+#: this many elements, on CPU (above the size where the two methods cost the same)
 #: and on other devices (the k-d tree runs on the CPU; the brute force is a dense
 #: GPU kernel, untuned guess).
 AUTO_EMBEDDING_MIN = {"cpu": 256}

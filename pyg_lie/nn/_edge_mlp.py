@@ -42,11 +42,8 @@ __all__ = ["edge_mlp", "EDGE_CHUNK", "HeadwiseMLP"]
 
 #: rows per block: 16384 x 16 floats = 1 MiB of activations per layer. The blocks write into
 #: buffers allocated once per call; with fresh per-block temporaries instead, glibc's malloc
-#: handed their pages back to the OS and faulted them in again on every block (T(2), 1024
-#: points, 32-neighbourhoods, one thread: 1000-3300 page faults and 27-31 ms per forward +
-#: backward). With the buffers, 2 threads: 4096 / 8192 / 16384 / 32768 rows took 245-284 /
-#: 232-246 / 223-232 / 223-225 ms on SE(2), 4 lifts, 32 x 32 points and 15.3-16.6 ms for all
-#: sizes on that T(2) configuration
+#: handed their pages back to the OS and faulted them in again on every block. Smaller blocks
+#: were slower on the LieSelfAttention benchmark's SE(2) configuration, larger ones no faster
 EDGE_CHUNK = 16384
 
 

@@ -126,8 +126,8 @@ def _sorted_edge_attention(score: Tensor, index: Tensor, ptr: Tensor, normalizat
 
 # The dense softmax as a custom operator: traced under torch.compile with dynamic shapes,
 # inductor fused it with the neighbouring reshapes into a scalar (unvectorised) backward loop
-# parallel over the heads only (SE(2), 4 lifts, 32 x 32 points: 140 ms per block against
-# 1.3 ms static); called as an operator it runs aten's kernels in every case.
+# parallel over the heads only, far slower than the static-shape kernels; called as an
+# operator it runs aten's kernels in every case.
 @torch.library.custom_op("pyg_lie::softmax", mutates_args=())
 def _softmax_op(score: Tensor, dim: int) -> Tensor:
     return torch.softmax(score.contiguous(), dim=dim)  # contiguous in, contiguous out

@@ -32,6 +32,19 @@ class GroupPool(torch.nn.Module):
         self.reduce = reduce
 
     def forward(self, x: Tensor, batch: Optional[Tensor] = None, size: Optional[int] = None) -> Tensor:
+        """Pool the lifted nodes of every graph.
+
+        Args:
+            x: ``(M, C)`` features of the ``M`` lifted nodes.
+            batch: ``(M,)`` graph id ``>= 0`` of every lifted node (any order), or ``None``
+                for one graph.
+            size: the number of graphs ``B`` (a graph without nodes pools to 0); ``None``
+                means ``batch.max() + 1``.
+
+        Returns:
+            ``(B, C)``: row ``b`` reduces the rows of ``x`` with ``batch == b``
+            (``(1, C)`` when ``batch`` is ``None``).
+        """
         if batch is None:
             return x.mean(0, keepdim=True) if self.reduce == "mean" else (
                 x.sum(0, keepdim=True) if self.reduce == "sum" else x.max(0, keepdim=True)[0])

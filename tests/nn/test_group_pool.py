@@ -41,3 +41,16 @@ def test_too_small_num_graphs_is_an_error():
     with pytest.raises(ValueError, match="num_graphs=2 but batch holds graph id 2"):
         GroupPool()(torch.randn(5, 3), torch.tensor([0, 0, 1, 2, 2]), size=2)
     assert GroupPool()(torch.randn(5, 3), torch.tensor([0, 0, 1, 2, 2]), size=4).shape == (4, 3)
+
+
+@pytest.mark.parametrize("reduce", ["mean", "sum", "max"])
+def test_shapes_and_empty_graphs_as_documented(reduce):
+    """GroupPool.forward's docstring: (M, C) and batch (M,) -> (B, C) with B = size, a graph
+    without nodes pools to 0; batch=None -> (1, C)."""
+    x = torch.randn(5, 3, dtype=torch.float64) - 4.0  # all negative: max of nothing is not max(0, ...)
+    batch = torch.tensor([2, 0, 2, 0, 3])
+    out = GroupPool(reduce)(x, batch, size=5)
+    assert out.shape == (5, 3)
+    assert torch.equal(out[[1, 4]], torch.zeros(2, 3, dtype=torch.float64))
+    assert GroupPool(reduce)(x, batch).shape == (4, 3)
+    assert GroupPool(reduce)(x).shape == (1, 3)

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from .._tracing import compiling
 from . import _backend
-from ._common import check_complete_start  # noqa: F401  (also used by the native kernel)
+from ._common import check_complete_start
 
 __all__ = ["sort_keys", "argsort_keys", "csr_scan", "csr_transpose", "expand_edges", "complete_edges",
            "radius_graph", "NUMPY_ARGSORT_MAX"]

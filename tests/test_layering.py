@@ -248,10 +248,8 @@ def _reachable_violations(mods, edges, sources, forbidden):
 #: the operator layer, and what it must not import (directly or through other modules)
 OPS = ("pyg_lie.ops",)
 ABOVE_OPS = ("pyg_lie.groups", "pyg_lie.nn", "pyg_lie.neighbors", "pyg_lie.models", "pyg_lie.vit")
-#: the attention engine, and the graph builders it must not import. (``pyg_lie.nn._s2_kernels``,
-#: the S^2 attention step, still re-exports ``geodesic_neighbors`` of ``nn._s2_graph`` for
-#: ``S2NeighborhoodAttention``'s import; it joins ENGINE once that layer imports ``_s2_graph``.)
-ENGINE = ("pyg_lie.nn.attention_core", "pyg_lie.nn._sparse_ops")
+#: the attention engine (the S^2 attention step included), and the graph builders it must not import
+ENGINE = ("pyg_lie.nn.attention_core", "pyg_lie.nn._sparse_ops", "pyg_lie.nn._s2_kernels")
 GRAPH_BUILDERS = ("pyg_lie.neighbors", "pyg_lie.nn._s2_graph", "pyg_lie.nn.lifted_edges")
 
 

@@ -1,7 +1,6 @@
-"""Graphs and the attention step of the S^2 neighbourhood attention layers.
+"""The attention step of the S^2 neighbourhood attention layers (their neighbour search,
+:func:`~pyg_lie.nn._s2_graph.geodesic_neighbors`, is a graph builder and lives apart).
 
-* :func:`geodesic_neighbors` -- the neighbour search, which lives in
-  :mod:`pyg_lie.nn._s2_graph` (importable from here too).
 * :class:`BipartiteCSR` and :func:`neighborhood_attention` -- a neighbourhood graph
   ``j -> i`` between two point sets held as the attention engine's one CSR structure
   (:class:`~pyg_lie.nn._sparse_ops.CSRStructure`), and the quadrature-weighted softmax
@@ -20,11 +19,10 @@ from torch import Tensor
 
 from .. import _checks as checks
 from .._sort import argsort_keys
-from ._s2_graph import geodesic_neighbors  # noqa: F401  (S2NeighborhoodAttention imports it from here)
 from ._sparse_ops import CSRStructure, to_edge_order
 from .attention_core import csr_softmax_attention
 
-__all__ = ["geodesic_neighbors", "BipartiteCSR", "neighborhood_attention"]
+__all__ = ["BipartiteCSR", "neighborhood_attention"]
 
 
 # --------------------------------------------------------------------------- graph

@@ -41,6 +41,7 @@ from torch import Tensor
 from .. import _checks
 from .._checks import batch_vector, nonnegative_float, optional_length, positive_int
 from .._sort import argsort_keys
+from .._tracing import compiling
 from ..groups import LieGroup
 from ..ops import graph as _graph
 
@@ -116,7 +117,7 @@ def expand_edges(edge_index: Tensor, num_points: int, K: int) -> Tensor:
     E = src.numel()
     if E == 0:
         return edge_index.new_empty(2, 0)
-    if not torch.compiler.is_compiling() and bool((dst[1:] < dst[:-1]).any()):
+    if not compiling() and bool((dst[1:] < dst[:-1]).any()):
         raise ValueError("edge_index must be sorted by target (row 1); sort it first, e.g. with "
                          "torch_geometric.utils.sort_edge_index(edge_index, sort_by_row=False)")
     deg = torch.bincount(dst, minlength=num_points)

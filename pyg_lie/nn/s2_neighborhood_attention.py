@@ -36,7 +36,8 @@ from torch import Tensor
 from .. import _checks as checks
 from ._explain import explain_mask
 from .s2_attention_conv import S2AttentionConv
-from ._s2_kernels import BipartiteCSR, geodesic_neighbors, neighborhood_attention
+from ._s2_graph import geodesic_neighbors
+from ._s2_kernels import BipartiteCSR, neighborhood_attention
 
 __all__ = ["S2NeighborhoodAttention", "grid_points", "grid_graph", "THETA_CUTOFF_EPS"]
 

@@ -6,8 +6,8 @@ same batches, and the models alternate within every round so that load from othe
 processes affects them alike; the median step time gives the throughput (molecules per
 second). Peak memory is the extra memory of a training step: on CUDA
 ``torch.cuda.max_memory_allocated``, on the CPU the growth of the peak resident set of a
-fresh process over its state just before the first step (``--memory``, one process per
-model).
+fresh process over its state just before a step, after a warm-up step (``--memory``, one
+process per model).
 
 Models (``--models``, default all of :data:`DEFAULT_MODELS`), written ``kind[:preset[:lift]]``:
 the LieTransformer QM9 presets (:mod:`pyg_lie.experiments.qm9_models`: ``small``, ``cpu``,
@@ -153,25 +153,30 @@ def _peak_rss_mb(spec, a, amp: bool) -> float:
         return pool.apply(_child_peak, (spec, vars(a), amp))
 
 
-def _rss_kb() -> int:
+def _status_kb(field: str) -> int:
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     return 0
 
 
 def _child_peak(spec, args: dict, amp: bool) -> float:
-    import resource
+    """Peak resident set during one training step over the resident set just before it (Linux:
+    the peak is reset through ``/proc/self/clear_refs`` after the data set and model are loaded)."""
     a = argparse.Namespace(**args)
     if a.threads:
         torch.set_num_threads(a.threads)
     batches, in_channels, _ = _batches(a)
     stepper = _Stepper(spec, in_channels, "cpu", amp)
-    before = _rss_kb()
-    for b in batches:
-        stepper.step(b)
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024.0
+    stepper.step(batches[0])  # warm-up: kernels built, optimizer state allocated
+    import gc
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current resident set
+    before = _status_kb("VmRSS")
+    stepper.step(batches[-1])
+    return (_status_kb("VmHWM") - before) / 1024.0
 
 
 def run(a) -> List[Dict]:
@@ -183,7 +188,8 @@ def run(a) -> List[Dict]:
     specs = list(a.models or [parse_spec(s) for s in DEFAULT_MODELS])
     rows, steppers = [], []
     for spec in specs:
-        for amp in ([False, True] if a.amp == "bf16" and spec["kind"].startswith("lie") else [False]):
+        for amp in ([False, True] if a.amp == "bf16" and spec["kind"].startswith("lie") and not spec["all_pairs"]
+                    else [False]):
             st = _Stepper(spec, in_channels, a.device, amp)
             steppers.append(st)
             rows.append({"model": spec["name"] + (" bf16" if amp else ""), "spec": spec, "amp": amp,

@@ -27,6 +27,7 @@ from typing import Tuple
 import torch
 
 from ..cli.types import device_name, nonnegative_float, nonnegative_int, positive_float, positive_int
+from ..training._atomic import atomic_open
 
 GROUP_CHOICES = ("SO2", "SE2", "SO3", "SE3", "Aff2", "Aff3")
 #: default initial lambda / tau of model G (the paper: 1); measured by ``pyg-lie train lie-sequence-ablation``
@@ -304,7 +305,7 @@ def main(args: argparse.Namespace) -> int:
         metrics.update(model_metrics(agg, runs, f"{letter}."))
         paper.update(paper_numbers(args.group, letter, f"{letter}."))
         path = os.path.join(args.out, f"{args.group}_{score}.json")
-        with open(path, "w") as f:
+        with atomic_open(path, "w") as f:  # read back by pyg-lie summary: never half written
             json.dump({"summary": agg, "runs": runs, "args": {k: v for k, v in vars(args).items()
                                                                 if not k.startswith("_")}}, f)
         print(f"{args.group} {MODEL_LETTER[score]} ({score}): pose error {agg['pose_error']:.2e} "

@@ -26,6 +26,7 @@ import time
 from types import SimpleNamespace
 
 from ..cli.types import device_name, nonnegative_float, nonnegative_int, positive_float, positive_int
+from ..training._atomic import atomic_open
 from . import lie_sequence
 from .lie_sequence import GROUP_CHOICES, MODEL_LETTER, PAPER, SCORE_CHOICES, aggregate
 
@@ -109,7 +110,7 @@ def collect(args) -> dict:
                 continue
             runs = [run_one(group, score, s, targs, progress=not args.no_progress) for s in args.seeds]
             agg = aggregate(runs)
-            with open(path, "w") as f:
+            with atomic_open(path, "w") as f:  # read back by the next run: never half written
                 json.dump({"summary": agg, "runs": runs, "args": vars(targs)}, f)
             table.setdefault(group, {})[score] = agg
     return table

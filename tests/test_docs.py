@@ -88,7 +88,7 @@ def _run(args, timeout):
     return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize("script", ["scripts/cli_docs.py", "scripts/benchmarks_table.py"])
+@pytest.mark.parametrize("script", ["scripts/cli_docs.py", "scripts/benchmarks_table.py", "scripts/qm9_tables.py"])
 def test_generated_pages_are_up_to_date(script):
     r = _run([PYTHON, script, "--check"], timeout=300)
     assert r.returncode == 0, f"run `python {script}` and commit the page:\n{r.stdout[-3000:]}{r.stderr[-2000:]}"

@@ -33,7 +33,7 @@ PAGES = {
     "springs_qm9_ddp.md": (["springs", "qm9"], ["rollout.json"]),
     "vit.md": (["vit"], ["vit.json"]),
     "s2_attention.md": (["swe"], ["s2_attention.json"]),
-    "qm9.md": (["qm9"], []),
+    "qm9.md": (["qm9", "qm9-budget"], ["qm9.json"]),
 }
 
 _NUMBER = re.compile(r"(?P<num>\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(?P<suffix>[kM%]?)")

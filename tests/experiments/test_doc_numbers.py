@@ -27,12 +27,12 @@ ALLOWED = [
     ("springs_qm9_ddp.md", "22k", "the paper's epoch rule 400 sqrt(3000 / n) at n = 10^4 times 100 batches, "
      "arithmetic on the paper's setting"),
     ("springs_qm9_ddp.md", "12000", "the paper's epoch rule at n = 3000 (400 epochs) times 30 batches"),
-    ("springs_qm9_ddp.md", "17,748", "the size of Cormorant's QM9 validation split (QM9 section, the lead's)"),
+    ("springs_qm9_ddp.md", "17,748", "the size of Cormorant's QM9 validation split"),
     ("vit.md", "4.3", "a section number of the paper"),
     ("s2_attention.md", "1e-7", "float32 rounding level of the message-passing path, asserted by "
      "tests/nn/test_s2_attention.py"),
     ("s2_attention.md", "1e-12", "the float64 tolerance of tests/nn/test_s2_attention.py's rotation test"),
-    # docs/qm9.md is being rewritten; these entries are for its current text
+    ("qm9.md", "1000", "the default of pyg-lie train qm9's --sensitivity-molecules (an option's default)"),
     ("qm9.md", "130,831", "the number of molecules PyG's QM9 holds, a property of the data set"),
     ("qm9.md", "17,748", "the size of Cormorant's QM9 validation split"),
     ("qm9.md", "5.2", "a section number of the paper"),

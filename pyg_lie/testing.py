@@ -32,6 +32,7 @@ are tested against them.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -39,6 +40,7 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "explainer_mask",
     "assert_equivariant",
     "equivariance_error",
     "EquivarianceResult",
@@ -493,3 +495,16 @@ def dense_lie_self_attention(layer, x: Tensor, g: Tensor, adj: Tensor,
         w = score * mask / deg
     out = torch.einsum("bijh,bjhd->bihd", w, v).reshape(B, M, H * D)
     return layer.lin_out(out)
+
+
+@contextlib.contextmanager
+def explainer_mask(module: torch.nn.Module, mask: Tensor, edge_index: Tensor, apply_sigmoid: bool = False):
+    """PyG's Explainer edge mask ``mask (E,)`` for ``edge_index (2, E)`` set on every
+    ``MessagePassing`` layer of ``module`` inside the block, cleared after it (as an Explainer
+    does around its forward passes)."""
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+    set_masks(module, mask, edge_index, apply_sigmoid=apply_sigmoid)
+    try:
+        yield module
+    finally:
+        clear_masks(module)

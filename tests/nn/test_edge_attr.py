@@ -2,17 +2,16 @@
 learned per-head score term ``W_e^h e_ij``. Checks: errors, that the term acts, that it acts as a
 score (a term constant over a target's edges changes nothing under softmax), equivariance with
 invariant edge features in float64, and that every execution path computes the same thing."""
-import contextlib
 
 import pytest
 import torch
-from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
 from torch_geometric.utils import softmax
 
 import pyg_lie.ops as ops
 from pyg_lie.groups import SE2, get_group
 from pyg_lie.nn import LieAlgebraAttention, LieSelfAttention, LieTransformerBlock
 from pyg_lie.testing import assert_equivariant
+from pyg_lie.testing import explainer_mask as _masked
 
 D = torch.float64
 
@@ -157,15 +156,6 @@ def test_fused_unfused_and_composite_agree(name, dtype):
         for a, b in zip(grads, ref_grads):
             assert torch.allclose(a, b, **tol), (key, (a - b).abs().max())
     assert ref_grads[1].abs().max() > 0  # edge_attr receives a gradient
-
-
-@contextlib.contextmanager
-def _masked(layer, mask, ei):
-    set_masks(layer, mask, ei, apply_sigmoid=False)
-    try:
-        yield
-    finally:
-        clear_masks(layer)
 
 
 @pytest.mark.parametrize("name", ["lsa", "laa"])

@@ -1,26 +1,15 @@
 """PyG's Explainer on models built from the attention layers: edge masks act before the
 normalisation, so a 0/1 mask equals removing the masked edges, and GNNExplainer's top edges
 matter more than random ones."""
-import contextlib
 
 import pytest
 import torch
 from torch_geometric import EdgeIndex
 from torch_geometric.explain import Explainer, GNNExplainer
-from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
 
 from pyg_lie.groups import SE2
 from pyg_lie.nn import LieAlgebraAttention, LieSelfAttention
-
-
-@contextlib.contextmanager
-def masked(module, mask, edge_index, apply_sigmoid=False):
-    """PyG's explainer masks set on ``module`` for the block, cleared after it."""
-    set_masks(module, mask, edge_index, apply_sigmoid=apply_sigmoid)
-    try:
-        yield
-    finally:
-        clear_masks(module)
+from pyg_lie.testing import explainer_mask as masked
 
 
 def _graph(N=24, E=96, seed=0):

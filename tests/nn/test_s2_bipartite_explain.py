@@ -1,24 +1,14 @@
 """S2AttentionConv on bipartite inputs (quadrature weights as PyG's ``(w_src, w_dst)`` pair, as
 ``to_hetero`` passes them) and its ``explain_mode`` (score mask == edge removal; message mask
 scores a target's lone incoming edge)."""
-import contextlib
 
 import pytest
 import torch
-from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
 
 from pyg_lie.nn import S2AttentionConv, S2NeighborhoodAttention
+from pyg_lie.testing import explainer_mask as masked
 
 f64 = torch.float64
-
-
-@contextlib.contextmanager
-def masked(module, mask, edge_index, apply_sigmoid=False):
-    set_masks(module, mask, edge_index, apply_sigmoid=apply_sigmoid)
-    try:
-        yield
-    finally:
-        clear_masks(module)
 
 
 def _bipartite(n_src=14, n_dst=6, E=40, seed=0):

@@ -1,28 +1,18 @@
 """The ViT's attention and block take PyG's ``return_attention_weights`` (``(out, (edge_index,
 alpha))``, ``_alpha`` cleared, an ``EdgeIndex`` returned as given) and ``explain_mode``."""
-import contextlib
 
 import pytest
 import torch
 from torch_geometric import EdgeIndex
-from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
 
 from pyg_lie.groups.finite import o2_group
 from pyg_lie.models.equivariant_vit import EquivariantViTBlock
 from pyg_lie.vit.attention import EquivariantSelfAttention, complete_graph, radius_patch_graph
 from pyg_lie.vit.field_type import FieldType
 from pyg_lie.vit.nonlinearity import gset_family
+from pyg_lie.testing import explainer_mask as masked
 
 f64 = torch.float64
-
-
-@contextlib.contextmanager
-def masked(module, mask, edge_index):
-    set_masks(module, mask, edge_index, apply_sigmoid=False)
-    try:
-        yield
-    finally:
-        clear_masks(module)
 
 
 def _block(fused, **kw):

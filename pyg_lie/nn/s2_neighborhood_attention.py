@@ -257,16 +257,21 @@ class S2NeighborhoodAttention(S2AttentionConv):
             raise ValueError(f"{name} must have shape (B, {self.in_channels}, {nlat}, {nlon}), got "
                              f"{tuple(t.shape)}")
 
-    def forward(self, query: Tensor, key: Optional[Tensor] = None, value: Optional[Tensor] = None) -> Tensor:  # type: ignore[override]
+    def forward(self, query: Tensor, key: Optional[Tensor] = None, value: Optional[Tensor] = None,
+                return_attention_weights: Optional[bool] = None):  # type: ignore[override]
         """Neighbourhood attention of ``query`` (output grid) over ``key``/``value`` (input grid).
 
         Args:
             query: ``(B, C_in, nlat_out, nlon_out)``.
             key: ``(B, C_in, nlat_in, nlon_in)``; default ``query`` (needs equal grids).
             value: ``(B, C_in, nlat_in, nlon_in)``; default ``query`` (needs equal grids).
+            return_attention_weights: also return ``(edge_index, alpha)``: the neighbourhood graph
+                ``(2, E)`` (row 0 an input grid point ``lat * nlon_in + lon``, row 1 an output
+                grid point) and the attention weights ``alpha (E, B, heads)``.
 
         Returns:
-            ``(B, out_channels, nlat_out, nlon_out)``.
+            ``(B, out_channels, nlat_out, nlon_out)``, and ``(edge_index, alpha)`` with
+            ``return_attention_weights=True``.
         """
         key = query if key is None else key
         value = query if value is None else value
@@ -282,7 +287,8 @@ class S2NeighborhoodAttention(S2AttentionConv):
         checks.floating("query", query, like=self.q_weights)
         g = self._graph(query.device)
         B = query.shape[0]
-        if self.fused and explain_mask(self, g["edge_index"].shape[1]) is None:  # type: ignore[union-attr]
+        need = bool(return_attention_weights)
+        if self.fused and not need and explain_mask(self, g["edge_index"].shape[1]) is None:  # type: ignore[union-attr]
             return self._forward_fused(query, key, value, g)
 
         def nodes(t: Tensor) -> Tensor:  # (B, C, nlat, nlon) -> (nlat * nlon, B, C)
@@ -293,9 +299,13 @@ class S2NeighborhoodAttention(S2AttentionConv):
         xv = xq if value is query else (xk if value is key else nodes(value))
         q, k, v = self.project_qkv(xq, xk, xv)
         log_w = self.log_quad_weights(g["quad_weights"], q.dtype)  # type: ignore[arg-type]
-        h, _ = self.attend(q, k, v, g["edge_index"], log_w, plan=g["graph"])  # type: ignore[arg-type]
+        h, alpha = self.attend(q, k, v, g["edge_index"], log_w, plan=g["graph"],  # type: ignore[arg-type]
+                               need_weights=need)
         out = self.output_projection(h)  # (N_out, B, C_out)
-        return out.permute(1, 2, 0).reshape(B, self.out_channels, self.nlat_out, self.nlon_out)
+        out = out.permute(1, 2, 0).reshape(B, self.out_channels, self.nlat_out, self.nlon_out)
+        if need:
+            return out, (g["edge_index"], alpha)
+        return out
 
     # ------------------------------------------------------------------ fused grid path
     def _project_nodes(self, x: Tensor, weight: Tensor, bias: Optional[Tensor], norm: Optional[Tensor],

@@ -147,9 +147,23 @@ def _batch_to(batch: Dict[str, torch.Tensor], device, dtype):
     return (batch["z"].to(device, dtype), batch["m"].to(device, dtype), batch["k"].to(device, dtype))
 
 
+def _predict(model: nn.Module, z0: torch.Tensor, m: torch.Tensor, k: torch.Tensor, num_steps: int,
+             dt: float) -> torch.Tensor:
+    """The model's rollout from the finite states ``z0``; a rollout whose states leave the finite
+    range (the model diverged, e.g. at too high a learning rate) ends the run with a
+    FloatingPointError that says so, instead of the model's input check on its own states."""
+    try:
+        return model(z0, m, k, num_steps=num_steps, dt=dt)
+    except ValueError as err:
+        if "non-finite" in str(err) and bool(torch.isfinite(z0).all()):
+            raise FloatingPointError("the model's rollout diverged: its states became non-finite (NaN or inf); "
+                                     "lower --lr") from err
+        raise
+
+
 def _window_loss(model: nn.Module, batch, dt: float, device, dtype) -> torch.Tensor:
     z, m, k = _batch_to(batch, device, dtype)
-    pred = model(z[:, 0], m, k, num_steps=z.shape[1] - 1, dt=dt)
+    pred = _predict(model, z[:, 0], m, k, z.shape[1] - 1, dt)
     return rollout_mse(pred, z).mean()
 
 
@@ -180,7 +194,7 @@ def window_step_mse(model: nn.Module, dataset, dt: float, env: DistEnv, dtype, b
     tot, count = None, torch.zeros(1, dtype=torch.float64)
     for batch in eval_loader(dataset, batch_size, env):
         z, m, k = _batch_to(batch, env.device, dtype)
-        pred = net(z[:, 0], m, k, num_steps=z.shape[1] - 1, dt=dt)
+        pred = _predict(net, z[:, 0], m, k, z.shape[1] - 1, dt)
         per_step = (pred[:, 1:] - z[:, 1:]).pow(2).mean(dim=(2, 3)).double().sum(0).cpu()
         tot = per_step if tot is None else tot + per_step
         count += z.shape[0]
@@ -211,7 +225,7 @@ def rollout_metrics(model: nn.Module, test: SpringDynamics, steps: int, env: Dis
     for batch in eval_loader(test, batch_size, env):
         z, m, k = _batch_to(batch, env.device, dtype)
         z = z[:, :steps + 1]
-        pred = net(z[:, 0], m, k, num_steps=steps, dt=test.dt)
+        pred = _predict(net, z[:, 0], m, k, steps, test.dt)
         curves.append((pred[:, 1:] - z[:, 1:]).pow(2).mean(dim=(2, 3)).double().cpu())
         d = pred.shape[-1] // 2
         for traj, out in ((pred, drift_pred), (z, drift_true)):

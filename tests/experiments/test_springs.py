@@ -343,3 +343,16 @@ def test_baseline_smoke_cli_learns_and_checkpoint_reevaluates(kind, tmp_path):
     assert (res / "springs" / "rollout_comparison.png").is_file()
     again = evaluate_checkpoint(str(out / "checkpoint.pt"))
     assert math.isclose(float(again["curves"].mean()), m["rollout_mse_10"], rel_tol=1e-6)
+
+
+def test_diverged_rollout_is_a_one_line_error(tmp_path):
+    """A learning rate that blows the model up ends the run with one line naming the cause
+    (exit 1), not the model's input check on its own non-finite states."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "pyg_lie", "train", "springs", "--lr", "1e30", "--n-train", "20",
+                        "--epochs", "1", "--no-progress", "--out", str(tmp_path / "run"),
+                        "--results-dir", str(tmp_path / "results")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "rollout diverged" in r.stderr and "lower --lr" in r.stderr and "Traceback" not in r.stderr

@@ -181,7 +181,7 @@ def main(args: argparse.Namespace) -> int:
     if not args.no_progress:
         from tqdm.auto import tqdm
         progress = tqdm(total=int(budget), initial=int(state["spent"]), unit="s", desc=run)
-    done = False
+    done = clock.read() >= budget  # a finished run that is resumed goes straight to its test
     while not done:
         order = torch.randperm(len(train), generator=torch.Generator().manual_seed(args.seed * 1000 + state["epoch"]))
         loader = DataLoader(train[order], batch_size=args.batch_size)

@@ -276,8 +276,8 @@ def main(a) -> int:
                              "T3 of the same preset (step_vs_T3); peak_mem_mb is the extra memory of a training "
                              "step; rotation_sensitivity_rel is the spread of a model's prediction over 8 random "
                              "rotations of a molecule relative to its spread across molecules, after the "
-                             "benchmark's few training steps (0: exactly invariant). Presets: small (width 64, 2 layers), cpu (the paper's architecture at width 96, "
-                             "6 layers), paper (width 848, 13 layers for T3, 30 for SE3); SE3 lifts: haar (2 "
+                             "benchmark's few training steps (0: exactly invariant). Presets: small (width 64, "
+                             "2 layers), cpu (the paper's architecture at width 96, 6 layers), paper (width 848, 13 layers for T3, 30 for SE3); SE3 lifts: haar (2 "
                              "samples), finite and grid (the tetrahedral group, 12 elements).",
               "command": " ".join(command_line(a, ["bench", "qm9"])), "config": config, "seed": a.seed,
               "git_revision": sha, "git_dirty": dirty, "host_class": host_class(), "torch": torch.__version__,

@@ -63,22 +63,24 @@ from torch import Tensor, nn
 
 from ..cli.types import nonnegative_float, nonnegative_int, positive_int
 from ..datasets.qm9 import PAPER_MAE, QM9Transform, cormorant_split, pyg_split, write_synthetic_raw
-from .qm9_models import (SE3_NEIGHBORS, MoleculeRadiusGraph, build_dimenet, build_schnet, random_rotations, rotate,
-                         rotation_sensitivity)
+from .qm9_models import (PRESETS, SE3_NEIGHBORS, MoleculeRadiusGraph, build_dimenet, build_schnet, random_rotations,
+                         rotate, rotation_sensitivity)
 from ..training import (AMP_DTYPES, DistEnv, add_amp_argument, all_reduce_sum, cleanup, eval_loader, fit,
                         init_distributed, seed_everything, unwrap, wrap_model)
 
 
+_MODEL_KEYS = ("hidden", "heads", "content", "location", "combine", "head_layers")
+_PAPER = PRESETS["paper"]  # the model presets live in qm9_models; the training values are this command's
 PAPER_PRESET = {  # Appendix I.2; the group-specific entries are filled in by resolve_preset
-    "hidden": 848, "heads": 8, "content": "linear_concat_linear", "location": "identity", "combine": "mlp",
-    "head_layers": 1, "radius": None, "batch_size": 75, "lr": 3e-4, "epochs": 500,
+    **{k: _PAPER[k] for k in _MODEL_KEYS}, "radius": None, "batch_size": 75, "lr": 3e-4, "epochs": 500,
 }
-PAPER_GROUP = {"T3": {"layers": 13, "lift_samples": 1, "max_neighbors": 25},
-               "SE3": {"layers": 30, "lift_samples": 2, "max_neighbors": 20}}
-SMALL_PRESET = {"hidden": 64, "heads": 4, "content": "dot_product", "location": "mlp", "combine": "additive",
-                "head_layers": 3, "radius": None, "batch_size": 75, "lr": 3e-4, "epochs": 2, "layers": 2,
-                "lift_samples": None, "max_neighbors": None}
-CPU_PRESET = {**PAPER_PRESET, "hidden": 96, "layers": 6, "epochs": 14}
+PAPER_GROUP = {"T3": {"layers": _PAPER["layers"]["T3"], "lift_samples": 1,
+                      "max_neighbors": _PAPER["max_neighbors"]["T3"]},
+               "SE3": {"layers": _PAPER["layers"]["SE3"], "lift_samples": 2,
+                       "max_neighbors": SE3_NEIGHBORS["sample"]["haar"]}}
+SMALL_PRESET = {**{k: PRESETS["small"][k] for k in _MODEL_KEYS}, "radius": None, "batch_size": 75, "lr": 3e-4,
+                "epochs": 2, "layers": PRESETS["small"]["layers"], "lift_samples": None, "max_neighbors": None}
+CPU_PRESET = {**PAPER_PRESET, "hidden": PRESETS["cpu"]["hidden"], "layers": PRESETS["cpu"]["layers"], "epochs": 14}
 #: the targets of the paper's Table 2 (``--target all``)
 ALL_TARGETS = ("mu", "alpha", "homo", "lumo", "gap", "r2", "zpve", "U0", "U", "H", "G", "Cv")
 _PRESET_KEYS = tuple(SMALL_PRESET)

@@ -32,10 +32,8 @@ Example::
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
-from pathlib import Path
 from typing import Dict, List, Optional
 
 import torch
@@ -238,7 +236,7 @@ def run(a) -> List[Dict]:
 
 def main(a) -> int:
     from ..experiments.qm9_models import SE3_NEIGHBORS
-    from ..experiments.results import command_line, git_revision, host_class
+    from ._record import write_benchmark
 
     rows = run(a)
     print(f"QM9 training steps: batch {a.batch_size}, {a.batches} batches x {a.rounds} rounds, {a.device}, "
@@ -267,25 +265,19 @@ def main(a) -> int:
                         "metrics": {k: r.get(k) for k in ("params", "step_ms", "molecules_per_s", "epoch_s",
                                                           "throughput_vs_schnet", "step_vs_T3", "peak_mem_mb",
                                                           "rotation_sensitivity_rel")}})
-    sha, dirty = git_revision()
-    result = {"benchmark": "qm9", "title": "QM9 training throughput",
-              "description": "Training steps (forward, backward, Adam) on the same real QM9 batches, models "
-                             "alternating: median step time, molecules per second, the time of one epoch of the "
-                             "100,000 training molecules at that rate (epoch_s), throughput relative to PyG's "
-                             "SchNet at its defaults (throughput_vs_schnet) and, for SE3, the step time relative to "
-                             "T3 of the same preset (step_vs_T3); peak_mem_mb is the extra memory of a training "
-                             "step; rotation_sensitivity_rel is the spread of a model's prediction over 8 random "
-                             "rotations of a molecule relative to its spread across molecules, after the "
-                             "benchmark's few training steps (0: exactly invariant). Presets: small (width 64, "
-                             "2 layers), cpu (the paper's architecture at width 96, 6 layers), paper (width 848, 13 layers for T3, 30 for SE3); SE3 lifts: haar (2 "
-                             "samples), finite and grid (the tetrahedral group, 12 elements).",
-              "command": " ".join(command_line(a, ["bench", "qm9"])), "config": config, "seed": a.seed,
-              "git_revision": sha, "git_dirty": dirty, "host_class": host_class(), "torch": torch.__version__,
-              "units": {"step_ms": "ms", "peak_mem_mb": "MiB", "epoch_s": "s"}, "records": records}
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    tmp.replace(out)
-    print(f"wrote {out}")
+    write_benchmark(a, ["bench", "qm9"], a.out, benchmark="qm9", title="QM9 training throughput",
+                    description="Training steps (forward, backward, Adam) on the same real QM9 batches, models "
+                                "alternating: median step time, molecules per second, the time of one epoch of the "
+                                "100,000 training molecules at that rate (epoch_s), throughput relative to PyG's "
+                                "SchNet at its defaults (throughput_vs_schnet) and, for SE3, the step time relative "
+                                "to "
+                                "T3 of the same preset (step_vs_T3); peak_mem_mb is the extra memory of a training "
+                                "step; rotation_sensitivity_rel is the spread of a model's prediction over 8 random "
+                                "rotations of a molecule relative to its spread across molecules, after the "
+                                "benchmark's few training steps (0: exactly invariant). Presets: small (width 64, "
+                                "2 layers), cpu (the paper's architecture at width 96, 6 layers), paper (width 848, "
+                                "13 layers for T3, 30 for SE3); SE3 lifts: haar (2 samples), finite and grid (the "
+                                "tetrahedral group, 12 elements).",
+                    config=config, seed=a.seed, records=records,
+                    units={"step_ms": "ms", "peak_mem_mb": "MiB", "epoch_s": "s"})
     return 0

@@ -17,10 +17,8 @@ revision and the numbers as JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
-from pathlib import Path
 from typing import Dict, List
 
 import torch
@@ -76,7 +74,7 @@ def _seconds(fn) -> float:
 
 
 def main(args: argparse.Namespace) -> int:
-    from pyg_lie.experiments.results import command_line, git_revision, host_class
+    from ._record import write_benchmark
     from pyg_lie.models.hamiltonian import rollout_mse
 
     if args.threads > 0:
@@ -121,22 +119,16 @@ def main(args: argparse.Namespace) -> int:
         metrics[f"rollout_ms_T{T}"] = r * 1e3
         metrics[f"ratio_T{T}"] = ratio
         print(f"{T:>4} {r * 1e3:>16.2f} ms {ratio:>23.2f}x")
-    sha, dirty = git_revision()
     config = {k: v for k, v in vars(args).items() if not k.startswith("_") and k not in ("command", "task", "out")}
     config.update(group="T2", potential="LieTransformer", torch_threads=torch.get_num_threads())
     shared = {k: v for k, v in config.items() if k not in ("steps", "repeat", "potential_passes", "threads")}
     records = [{"configuration": {**shared, "T": T},
                 "metrics": {"rollout_backward_ms": metrics[f"rollout_ms_T{T}"], "potential_fb_ms": p * 1e3,
                             "ratio": metrics[f"ratio_T{T}"]}} for T in args.steps]
-    result = {"benchmark": "rollout", "title": "Hamiltonian rollout: cost of the training backward",
-              "description": "Median time of a T-step RK4 rollout of HamiltonianNODE plus its training backward "
-                             "(rollout_backward_ms), of one forward + backward pass of the potential "
-                             "(potential_fb_ms), and ratio = rollout_backward_ms / (4 T potential_fb_ms).",
-              "command": " ".join(command_line(args, ["bench", "rollout"])), "config": config, "seed": args.seed,
-              "git_revision": sha, "git_dirty": dirty, "host_class": host_class(), "torch": torch.__version__,
-              "metrics": metrics, "records": records}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_benchmark(args, ["bench", "rollout"], args.out, benchmark="rollout",
+                    title="Hamiltonian rollout: cost of the training backward",
+                    description="Median time of a T-step RK4 rollout of HamiltonianNODE plus its training backward "
+                                "(rollout_backward_ms), of one forward + backward pass of the potential "
+                                "(potential_fb_ms), and ratio = rollout_backward_ms / (4 T potential_fb_ms).",
+                    config=config, seed=args.seed, records=records, metrics=metrics)
     return 0

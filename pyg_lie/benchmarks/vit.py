@@ -21,9 +21,7 @@ Example::
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 import torch
 
@@ -106,7 +104,7 @@ def run(a) -> list[dict]:
 
 
 def main(a) -> int:
-    from ..experiments.results import command_line, git_revision, host_class
+    from ._record import write_benchmark
 
     rows = run(a)
     hdr = f"{'model':16s} {'width':>5s} {'params':>9s} {'lin MMACs/img':>13s} {'MAC ratio':>9s} {'fwd+bwd ms':>10s} {'speedup':>7s}"
@@ -122,19 +120,12 @@ def main(a) -> int:
     records = [{"configuration": {"model": r["model"], "group": r["group"], "width": r["width"], **shared},
                 "metrics": {k: r[k] for k in ("params", "linear_macs", "macs_ratio_vs_same_width", "fwd_bwd_ms",
                                               "speedup_vs_same_width")}} for r in rows]
-    sha, dirty = git_revision()
-    result = {"benchmark": "vit", "title": "Equivariant ViT against plain ViTs",
-              "description": "D4 and C4 ViTs (token width |G| x channels) against the plain ViT (C1) of the same "
-                             "width and the plain ViT with about the D4 model's parameter count: parameters, "
-                             "multiply-adds of the linear layers per image (linear_macs, from the Schur block "
-                             "structure), their ratio to the same-width plain ViT, and the median forward + "
-                             "backward time of a batch (fwd_bwd_ms; the models alternate within every "
-                             "repetition) with its speed-up over the same-width plain ViT.",
-              "command": " ".join(command_line(a, ["bench", "vit"])), "config": config, "seed": 0,
-              "git_revision": sha, "git_dirty": dirty, "host_class": host_class(), "torch": torch.__version__,
-              "records": records}
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print(f"wrote {out}")
+    write_benchmark(a, ["bench", "vit"], a.out, benchmark="vit", title="Equivariant ViT against plain ViTs",
+                    description="D4 and C4 ViTs (token width |G| x channels) against the plain ViT (C1) of the same "
+                                "width and the plain ViT with about the D4 model's parameter count: parameters, "
+                                "multiply-adds of the linear layers per image (linear_macs, from the Schur block "
+                                "structure), their ratio to the same-width plain ViT, and the median forward + "
+                                "backward time of a batch (fwd_bwd_ms; the models alternate within every "
+                                "repetition) with its speed-up over the same-width plain ViT.",
+                    config=config, seed=0, records=records)
     return 0

@@ -59,7 +59,7 @@ from typing import Dict
 
 import torch
 import torch.distributed as dist
-from torch import Tensor, nn
+from torch import nn
 
 from ..cli.types import nonnegative_float, nonnegative_int, positive_int
 from ..datasets.qm9 import PAPER_MAE, QM9Transform, cormorant_split, pyg_split, write_synthetic_raw

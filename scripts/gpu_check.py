@@ -99,7 +99,7 @@ def attention_case(args, device, gen):
         return fn
 
     def current():  # the layers' present attention path (pyg_lie.nn.attention_core), for reference
-        from pyg_lie.nn._sparse_ops import CSRStructure
+        from pyg_lie.ops import CSRStructure
         from pyg_lie.nn.attention_core import csr_softmax_attention
         if not hasattr(current, "s"):
             rows = torch.repeat_interleave(torch.arange(n, device=device), crow[1:] - crow[:-1])

@@ -20,7 +20,7 @@ from pyg_lie.neighbors import radius_graph
 from pyg_lie.nn.attention_core import edge_attention
 from pyg_lie.nn.lie_self_attention import LieSelfAttention
 from pyg_lie.nn.lifted_edges import expand_edges
-from pyg_lie._sort import argsort_keys, sort_keys
+from pyg_lie.ops import argsort_keys, sort_keys
 from pyg_lie.vit import EquivariantSelfAttention, FieldType, get_group as vit_group
 
 EXAMPLES = int(sys.argv[1])

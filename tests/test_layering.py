@@ -1,7 +1,7 @@
 """The package's layering: the core never imports the application layer, no module imports
 itself back through others (no import cycles), the operator layer ``pyg_lie.ops`` imports
-nothing from the groups, the layers or the graph builders, and the attention engine imports no
-graph builder.
+nothing from the groups, the layers or the graph builders, every module above it uses only its
+public API (``pyg_lie.ops.__all__``), and the attention engine imports no graph builder.
 
 Application: ``pyg_lie.experiments``, ``benchmarks``, ``training``, ``cli`` and the entry point
 ``pyg_lie.__main__``. Core: every other module of the package.
@@ -249,7 +249,7 @@ def _reachable_violations(mods, edges, sources, forbidden):
 OPS = ("pyg_lie.ops",)
 ABOVE_OPS = ("pyg_lie.groups", "pyg_lie.nn", "pyg_lie.neighbors", "pyg_lie.models", "pyg_lie.vit")
 #: the attention engine (the S^2 attention step included), and the graph builders it must not import
-ENGINE = ("pyg_lie.nn.attention_core", "pyg_lie.nn._sparse_ops", "pyg_lie.nn._s2_kernels")
+ENGINE = ("pyg_lie.nn.attention_core", "pyg_lie.nn._s2_kernels")
 GRAPH_BUILDERS = ("pyg_lie.neighbors", "pyg_lie.nn._s2_graph", "pyg_lie.nn.lifted_edges")
 
 
@@ -268,6 +268,57 @@ def test_engine_imports_no_graph_builder():
     bad = _reachable_violations(mods, _runtime_edges(mods), ENGINE, GRAPH_BUILDERS)
     assert not bad, ("the attention engine must import no graph builder (the layers build graphs and pass "
                      "them in):\n" + "\n".join(f"  {s} reaches {t}: {' -> '.join(p)}" for s, t, p in bad))
+
+
+def _ops_api_violations(mods: dict[str, pathlib.Path], public: set[str]) -> list[str]:
+    """Uses of ``pyg_lie.ops`` outside it that are not its public API: imports of its
+    submodules (``from ..ops.sparse import ...``, ``from ..ops import graph``), names
+    imported from it that are not in ``public``, and attributes ``ops.<name>`` of the
+    imported package that are not."""
+    bad = []
+    for m, p in sorted(mods.items()):
+        if _under(m, OPS):
+            continue
+        tree = ast.parse(p.read_text(), filename=str(p))
+        pkg = m if p.name == "__init__.py" else m.rpartition(".")[0]
+        where = p.relative_to(PACKAGE.parent) if p.is_relative_to(PACKAGE.parent) else p.name
+        aliases = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = pkg.split(".")
+                    base = base[: len(base) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                if target.startswith("pyg_lie.ops."):
+                    bad.append(f"{where}:{node.lineno}: imports the submodule {target}")
+                elif target == "pyg_lie.ops":
+                    bad += [f"{where}:{node.lineno}: imports {a.name} from pyg_lie.ops, not in its __all__"
+                            for a in node.names if a.name not in public]
+                elif target == "pyg_lie":
+                    aliases.update(a.asname or a.name for a in node.names if a.name == "ops")
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.startswith("pyg_lie.ops."):
+                        bad.append(f"{where}:{node.lineno}: imports the submodule {a.name}")
+                    elif a.name == "pyg_lie.ops" and a.asname:
+                        aliases.add(a.asname)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and node.attr not in public):
+                bad.append(f"{where}:{node.lineno}: uses {node.value.id}.{node.attr}, not in pyg_lie.ops.__all__")
+    return bad
+
+
+def test_layers_use_only_the_public_ops_api():
+    """Every module outside ``pyg_lie.ops`` (layers, models, groups, graph builders, the
+    application) calls the operator layer through ``pyg_lie.ops.__all__`` only: the kernel
+    choices stay inside ops."""
+    import pyg_lie.ops as ops
+    bad = _ops_api_violations(_modules(), set(ops.__all__))
+    assert not bad, ("modules reach past the public API of pyg_lie.ops (export what they need in "
+                     "pyg_lie.ops.__all__, or move the code into ops):\n" + "\n".join(bad))
 
 
 def test_the_scans_can_fail(tmp_path):
@@ -289,3 +340,10 @@ def test_the_scans_can_fail(tmp_path):
     assert _reachable_violations(table, deep, OPS, ABOVE_OPS) == [
         ("pyg_lie.ops.a", "pyg_lie.groups.b", ["pyg_lie.ops.a", "pyg_lie._x", "pyg_lie.groups.b"])]
     assert _reachable_violations(table, deep, ("pyg_lie.nn",), ("pyg_lie.groups",))[0][2][-1] == "pyg_lie.groups.b"
+    q = tmp_path / "layer.py"
+    q.write_text("from .. import ops\nfrom ..ops import CSRStructure, _backend\nfrom ..ops.sparse import sddmm\n"
+                 "import pyg_lie.ops._native\nops.mlp(1)\nops._backend.choose()\n")
+    found = _ops_api_violations({"pyg_lie.nn.layer": q}, {"CSRStructure", "mlp"})
+    assert [line.split(": ", 1)[1] for line in found] == [
+        "imports _backend from pyg_lie.ops, not in its __all__", "imports the submodule pyg_lie.ops.sparse",
+        "imports the submodule pyg_lie.ops._native", "uses ops._backend, not in pyg_lie.ops.__all__"]

@@ -6,7 +6,7 @@ import torch
 
 from pyg_lie.neighbors import radius_graphs
 from pyg_lie.neighbors import radius_graph
-from pyg_lie.nn import _native
+from pyg_lie.ops import _native
 
 
 def _calls(monkeypatch):

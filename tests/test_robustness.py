@@ -146,7 +146,7 @@ def test_lie_self_attention_rel_log_with_bad_edges_or_shape():
 # ----------------------------------------------- 6: a CSRStructure of another graph
 def test_csr_structure_of_another_graph():
     run_case("""
-    from pyg_lie.nn._sparse_ops import CSRStructure
+    from pyg_lie.ops import CSRStructure
     g, ei = se2_graph()
     N = g.shape[0]
     x = torch.randn(N, 16)
@@ -167,7 +167,7 @@ def test_csr_structure_of_another_graph():
     with pytest.raises(ValueError, match="row pointer"):
         CSRStructure(None, s.row, s.col, crow, N)
     # the native kernels check what they read themselves
-    from pyg_lie.nn import _native
+    from pyg_lie.ops import _native
     if _native.available():
         A = torch.randn(N, 2, 8)
         col = s.col.clone()
@@ -187,7 +187,7 @@ def test_edge_index_and_index_subclasses():
     from pyg_lie.nn import lifted_edges as le
     from pyg_lie.nn.s2_attention_conv import S2AttentionConv
     from pyg_lie.nn.lie_algebra_attention import LieAlgebraAttention
-    from pyg_lie._sort import sort_keys, argsort_keys
+    from pyg_lie.ops import argsort_keys, sort_keys
     from pyg_lie.vit import EquivariantSelfAttention, FieldType, get_group as vit_group
     g, ei = se2_graph()
     N = g.shape[0]

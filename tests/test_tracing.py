@@ -4,7 +4,6 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from pyg_lie import _checks, _tracing
-from pyg_lie.groups import base
 
 
 def test_eager_fake_and_compiled():
@@ -21,4 +20,14 @@ def test_eager_fake_and_compiled():
 
 def test_one_function_under_every_name():
     assert _checks.tracing is _tracing.tracing
-    assert base._is_compiling is _tracing.tracing
+
+
+def test_no_module_asks_torch_itself():
+    """Every module tests for tracing through pyg_lie._tracing, none calls
+    torch.compiler.is_compiling() or keeps an alias of its own."""
+    import pathlib
+    import pyg_lie
+    root = pathlib.Path(pyg_lie.__file__).parent
+    bad = [str(p.relative_to(root)) for p in root.rglob("*.py") if p.name != "_tracing.py"
+           and ("is_compiling()" in p.read_text() or "_is_compiling" in p.read_text())]
+    assert not bad, bad

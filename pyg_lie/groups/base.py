@@ -362,11 +362,6 @@ class LieGroup(ABC):
         return hash(repr(self))
 
 
-#: True under ``torch.compile`` / ``torch.export`` and while a ``FakeTensorMode`` is active
-#: (the one test, :func:`pyg_lie._tracing.tracing`, under the name some layers import)
-_is_compiling = tracing
-
-
 def skew2(theta: Tensor) -> Tensor:
     """``theta (..., ) -> [[0, -theta], [theta, 0]]`` of shape ``(..., 2, 2)``."""
     z = torch.zeros_like(theta)

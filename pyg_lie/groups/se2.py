@@ -9,7 +9,7 @@ from torch import Tensor
 
 from .. import _checks
 from .. import ops
-from ..ops._safe import cosc, half_cot_half, sinc
+from .._safe import cosc, half_cot_half, sinc
 from .base import CUT_TOL, ROTATION_CHORD, LieGroup, LogNormEmbedding, batch_shape, homogeneous, rot2
 from .so2 import SQRT2, planar_one_sided_cut
 

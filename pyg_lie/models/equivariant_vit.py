@@ -27,7 +27,7 @@ from ..groups.finite import FiniteO2Group, o2_group
 from ..groups.finite_reps import GSet
 from ..interop.escnn import check_gspace, escnn_gspace, spatial_change_of_basis, to_escnn_type
 from ..nn._deprecation import renamed
-from ..nn._sparse_ops import CSRStructure
+from ..ops import CSRStructure
 from ..vit.attention import EquivariantSelfAttention, complete_graph, radius_patch_graph
 from ..vit.field_type import FieldType, restriction_matrix
 from ..vit.linear import EquivariantLinear, EquivariantRMSNorm

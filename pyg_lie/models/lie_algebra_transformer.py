@@ -67,10 +67,10 @@ from torch import Tensor, nn
 from torch_geometric.utils import scatter, softmax
 
 from .._batch import num_graphs as count_graphs
-from .. import _checks
+from .. import _checks, _tracing
 from .._checks import positive_int
 from ..groups import LieGroup, get_group
-from ..groups.base import CHART_MODES, _is_compiling
+from ..groups.base import CHART_MODES
 from ..neighbors import (AUTO_EMBEDDING_MIN, AUTO_EMBEDDING_MIN_OTHER, GRAPH_METHODS, complete_graph,  # noqa: F401
                          log_knn_graph, log_radius_graph)
 from ..neighbors import _sorted_batch
@@ -244,7 +244,7 @@ class _TokenTransformer(nn.Module):
         weight = softmax(self.head_weight(h).squeeze(-1), batch, num_nodes=B, dim=0)
         if self.head_pair is None:
             return LieAlgebraOutput(p, delta, self._pool(p, weight, batch, B), weight, h)
-        if not _is_compiling() and N and bool((torch.bincount(batch) < 2).any()):
+        if not _tracing.tracing() and N and bool((torch.bincount(batch) < 2).any()):
             raise ValueError(f"head={self.head!r} needs at least 2 tokens in every sequence (a pair "
                              f"to interpolate); use head='token' for shorter sequences")
         # pair head: pair j -> i proposes g_i exp(c_ij w_ij) (c = 1/2: the geodesic midpoint).

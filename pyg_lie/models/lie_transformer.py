@@ -37,7 +37,7 @@ from ..groups import LieGroup, get_group
 from ..nn.group_pool import GroupPool
 from ..nn.lie_transformer_block import LieTransformerBlock
 from ..nn.lift import Lift, LiftedPoints
-from ..nn._sparse_ops import CSRStructure
+from ..ops import CSRStructure
 from ..nn.lifted_edges import check_distance_weights, lifted_edges
 
 __all__ = ["LieTransformer"]

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from .. import _checks as checks
-from .._sort import argsort_keys, sort_keys
+from ..ops import argsort_keys, sort_keys
 
 BACKENDS = ("auto", "kdtree", "torch_cluster", "cdist")
 

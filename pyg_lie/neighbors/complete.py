@@ -9,7 +9,7 @@ from torch import Tensor
 from .. import _checks as checks
 from .._checks import nonnegative_int
 from .._tracing import tracing
-from ..ops.graph import complete_edges
+from ..ops import complete_edges
 from ._search import _empty
 
 def _sorted_batch(batch: Tensor, N: int, name: str = "batch") -> Tensor:

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from .. import _checks as checks
-from .._sort import sort_keys
+from ..ops import sort_keys
 from ._search import (_check_batch, _check_points, _diameter, _empty, _masked, _search, _squared_distances,
                       resolve_backend)
 

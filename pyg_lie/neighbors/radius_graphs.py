@@ -10,7 +10,7 @@ from torch import Tensor
 
 from .._tracing import tracing
 from ..ops import native_available
-from ..ops.graph import radius_graph as radius_graph_op
+from ..ops import radius_graph as radius_graph_op
 from ._search import (_check_batch, _check_k, _check_points, _check_scalar, _check_unit, _group_ptr, _search,
                       _sorted_ranks, resolve_backend)
 

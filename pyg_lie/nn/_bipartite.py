@@ -9,7 +9,7 @@ and values from the sources, and the output has one row per target. This is what
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Tuple
 
 import torch
 from torch import Tensor

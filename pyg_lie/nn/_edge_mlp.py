@@ -20,9 +20,8 @@ history of the inputs (every earlier step of an ODE rollout) on each call. As an
 ``torch.compile`` calls it as it is: traced, the MLP would lose its chunking and store every
 activation again.
 
-The operator runs on CPU for float32 inputs and for more than ``chunk`` rows of other
-dtypes; otherwise (small float64 inputs, other layer types) the module runs as is. On CUDA,
-or with a backend selected by :func:`pyg_lie.ops.set_backend`, the operator runs at any size.
+Which runs, the operator or the module as it is (small float64 inputs, other layer types), is
+chosen by :func:`pyg_lie.ops.edge_mlp`.
 :class:`HeadwiseMLP` (one MLP per head, the official LieTransformer's location kernel) runs
 the same scheme with the heads leading.
 """
@@ -33,78 +32,22 @@ from typing import List, Optional, Sequence
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.nn import Linear, Sequential, SiLU
 
 from .. import ops
-from ..ops._chunked import headwise_chunked_forward as _headwise_chunked_forward  # noqa: F401 (re-export)
 
 __all__ = ["edge_mlp", "EDGE_CHUNK", "HeadwiseMLP"]
 
-#: rows per block: 16384 x 16 floats = 1 MiB of activations per layer. The blocks write into
-#: buffers allocated once per call; with fresh per-block temporaries instead, glibc's malloc
-#: handed their pages back to the OS and faulted them in again on every block. Smaller blocks
-#: were slower on the LieSelfAttention benchmark's SE(2) configuration, larger ones no faster
+#: rows per block of the chunked CPU kernels that the layers ask for (the operator's
+#: :data:`pyg_lie.ops.mlp.DEFAULT_CHUNK`, where the choice of size is explained)
 EDGE_CHUNK = 16384
-
-
-def _layers(mlp: Sequential) -> bool:
-    """True if ``mlp`` is ``Linear (SiLU Linear)*``, the only form the chunked path knows."""
-    mods = list(mlp)
-    if not mods or len(mods) % 2 == 0:
-        return False
-    return all(isinstance(m, Linear) if i % 2 == 0 else isinstance(m, SiLU) for i, m in enumerate(mods))
-
-
-def _forward(x: Tensor, params: Sequence[Tensor]) -> Tensor:
-    n = len(params) // 2
-    h = x
-    for i in range(n):
-        h = F.linear(h, params[2 * i], params[2 * i + 1])
-        if i < n - 1:
-            h = F.silu(h)
-    return h
-
-
-def _edge_mlp_op(x: Tensor, params: List[Tensor], chunk: int) -> Tensor:
-    """The shared MLP ``params = [W_0, b_0, ...]`` on ``x (E, in)``: the operator
-    :func:`pyg_lie.ops.mlp` (the native kernel on CPU, else blocks of ``chunk`` rows)."""
-    return ops.mlp(x, params, chunk=chunk)
-
-
-def _headwise_op(x: Tensor, params: List[Tensor], chunk: int) -> Tensor:
-    """The MLPs of :class:`HeadwiseMLP` on ``x (E, in)``, ``(H, E)``: the operator
-    :func:`pyg_lie.ops.mlp` with ``headwise=True``."""
-    return ops.mlp(x, params, headwise=True, chunk=chunk)
-
-
-def _as_module(x: Tensor, chunk: int) -> bool:
-    """True where the MLP runs as its module: off CPU, inputs not ``(E, in)``, and small
-    inputs other than float32 (float32 goes to the operators at any size: their native
-    kernel, if built, beats the module)."""
-    return x.device.type != "cpu" or x.dim() != 2 or (x.shape[0] <= chunk and x.dtype != torch.float32)
 
 
 def edge_mlp(mlp, x: Tensor, chunk: Optional[int] = None) -> Tensor:
     """``mlp(x)`` for ``x (E, in)``, chunked and recomputed in backward on CPU (see module
-    doc); ``mlp`` is a ``Linear``/``SiLU`` :class:`~torch.nn.Sequential` or a
-    :class:`HeadwiseMLP` (blocks of ``chunk / heads`` rows); ``chunk`` defaults to
-    :data:`EDGE_CHUNK` (read at call time). On CUDA, or with a backend selected by
-    :func:`pyg_lie.ops.set_backend`, the operator :func:`pyg_lie.ops.edge_mlp` runs instead."""
-    chunk = EDGE_CHUNK if chunk is None else chunk
-    if ops.serves(x):  # the operator layer (Triton on CUDA)
-        return ops.edge_mlp(mlp, x)
-    if isinstance(mlp, HeadwiseMLP):
-        # blocks of about the same size in memory: rows x heads x width
-        chunk = max(1, chunk // mlp.heads)
-        if _as_module(x, chunk):
-            return mlp(x)
-        return _headwise_op(x, mlp.params(), chunk).t()  # (E, H), stored heads first
-    if _as_module(x, chunk) or not _layers(mlp):
-        return mlp(x)
-    params = []
-    for m in mlp[::2]:
-        params += [m.weight, m.bias if m.bias is not None else x.new_zeros(m.out_features)]
-    return _edge_mlp_op(x, params, chunk)
+    doc): :func:`pyg_lie.ops.edge_mlp`, which chooses the kernel; ``mlp`` is a
+    ``Linear``/``SiLU`` :class:`~torch.nn.Sequential` or a :class:`HeadwiseMLP`; ``chunk``
+    defaults to :data:`EDGE_CHUNK` (read at call time)."""
+    return ops.edge_mlp(mlp, x, EDGE_CHUNK if chunk is None else chunk)
 
 
 # --------------------------------------------------------------------------- one MLP per head

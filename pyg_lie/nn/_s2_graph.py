@@ -14,7 +14,7 @@ import math
 import torch
 from torch import Tensor
 
-from .._sort import argsort_keys
+from ..ops import argsort_keys
 from ..neighbors import geodesic_radius
 
 __all__ = ["geodesic_neighbors"]

@@ -3,7 +3,7 @@
 
 * :class:`BipartiteCSR` and :func:`neighborhood_attention` -- a neighbourhood graph
   ``j -> i`` between two point sets held as the attention engine's one CSR structure
-  (:class:`~pyg_lie.nn._sparse_ops.CSRStructure`), and the quadrature-weighted softmax
+  (:class:`~pyg_lie.ops.CSRStructure`), and the quadrature-weighted softmax
   attention on it through the engine's one entry point
   (:func:`~pyg_lie.nn.attention_core.csr_softmax_attention`, which LieSelfAttention uses
   too). There is no S^2-specific kernel: the log quadrature weight of each source enters
@@ -11,15 +11,14 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from .. import _checks as checks
-from .._sort import argsort_keys
-from ._sparse_ops import CSRStructure, to_edge_order
+from ..ops import argsort_keys
+from ..ops import CSRStructure, to_edge_order
 from .attention_core import csr_softmax_attention
 
 __all__ = ["BipartiteCSR", "neighborhood_attention"]
@@ -30,7 +29,7 @@ class BipartiteCSR:
     """A neighbourhood graph ``j -> i`` from ``num_src`` sources to ``num_dst`` targets as
     the attention engine's CSR structure.
 
-    ``csr`` is a :class:`~pyg_lie.nn._sparse_ops.CSRStructure` over
+    ``csr`` is a :class:`~pyg_lie.ops.CSRStructure` over
     ``max(num_src, num_dst)`` nodes (the shorter side is padded with rows that no edge
     touches): target-sorted edges, their row pointer, the permutation from the given edge
     order (``csr.perm``) and, once a gradient needs it, the transposed pattern. Built once

@@ -15,10 +15,8 @@ from torch_geometric.utils import scatter, softmax
 
 from .. import _checks as checks
 from .. import ops
-from .._gather import select
 from .._tracing import tracing
-from ._autocast import float32_under_autocast
-from ._sparse_ops import CSRStructure, _sddmm_op, _spmm_op, _transposed_spmm, csr_aggregate, csr_scores
+from ..ops import CSRStructure, csr_softmax_attention
 
 __all__ = ["edge_attention", "dense_edge_attention", "csr_edge_attention", "csr_softmax_attention"]
 
@@ -51,7 +49,7 @@ def edge_attention(
             non-decreasing; a ``ValueError`` naming ``ptr`` otherwise): one pass over the
             pointer and one device sync per call, left out under ``torch.compile``. Pass
             ``validate=False`` in a hot loop whose pointer is known to be right (a
-            :class:`~pyg_lie.nn._sparse_ops.CSRStructure`'s ``crow``).
+            :class:`~pyg_lie.ops.CSRStructure`'s ``crow``).
 
     Returns:
         ``(E, H)`` attention weights.
@@ -96,7 +94,7 @@ def dense_edge_attention(score: Tensor, dim: int = 1, normalization: str = "soft
     :func:`edge_attention`, without a scatter.
     """
     if normalization == "softmax":
-        return _softmax_op(score, dim)
+        return ops.dense_softmax(score, dim)
     if normalization in ("mean", "constant"):
         return score / max(score.shape[dim], 1)
     raise ValueError(f"normalization must be 'softmax' or 'constant' (alias 'mean'), got {normalization!r}")
@@ -124,46 +122,6 @@ def _sorted_edge_attention(score: Tensor, index: Tensor, ptr: Tensor, normalizat
     return (w.t() if heads_first else w).reshape(shape)
 
 
-# The dense softmax as a custom operator: traced under torch.compile with dynamic shapes,
-# inductor fused it with the neighbouring reshapes into a scalar (unvectorised) backward loop
-# parallel over the heads only, far slower than the static-shape kernels; called as an
-# operator it runs aten's kernels in every case.
-@torch.library.custom_op("pyg_lie::softmax", mutates_args=())
-def _softmax_op(score: Tensor, dim: int) -> Tensor:
-    return torch.softmax(score.contiguous(), dim=dim)  # contiguous in, contiguous out
-
-
-@_softmax_op.register_fake
-def _(score, dim):
-    return score.new_empty(score.shape)
-
-
-@torch.library.custom_op("pyg_lie::softmax_backward", mutates_args=())
-def _softmax_backward_op(g: Tensor, w: Tensor, dim: int) -> Tensor:
-    return torch.ops.aten._softmax_backward_data(g.contiguous(), w, dim, w.dtype)
-
-
-@_softmax_backward_op.register_fake
-def _(g, w, dim):
-    return w.new_empty(w.shape)
-
-
-def _softmax_setup(ctx, inputs, output) -> None:
-    ctx.dim = inputs[1]
-    ctx.save_for_backward(output)
-
-
-def _softmax_grad(ctx, g: Tensor):
-    (w,) = ctx.saved_tensors
-    if torch.is_grad_enabled():  # create_graph=True: the same formula with differentiable ops
-        return w * (g - (g * w).sum(ctx.dim, keepdim=True)), None
-    return _softmax_backward_op(g, w, ctx.dim), None
-
-
-_softmax_op.register_autograd(_softmax_grad, setup_context=_softmax_setup)
-float32_under_autocast(_softmax_op, _softmax_backward_op)
-
-
 # ------------------------------------------------------------ attention on CSR structures
 def csr_edge_attention(s: CSRStructure, score: Tensor, v: Tensor, normalization: str = "softmax",
                        dropout: float = 0.0, training: bool = False) -> Tuple[Tensor, Tensor]:
@@ -174,87 +132,23 @@ def csr_edge_attention(s: CSRStructure, score: Tensor, v: Tensor, normalization:
         \mathrm{out}_{i,h} = \sum_{e = (j \to i)} \operatorname{dropout}(w)_{h,e}\, v_{j,h}
 
     for ``score (H, E)`` in the sorted edge order of ``s`` and ``v (N, H, D)``, with the
-    normalisation of :func:`edge_attention` (segment reductions along the sorted edges, a
-    dense one where every target has the same in-degree). The attention layers compute their
-    scores in their own ways and share this step. Returns ``(out (N, H D), w (H, E))``,
-    ``w`` before dropout. On a bipartite structure ``v`` has the ``N_src`` source rows and the
-    output the ``N_dst`` target rows.
+    normalisation of :func:`edge_attention` (:func:`pyg_lie.ops.csr_softmax` for the softmax).
+    The attention layers compute their scores in their own ways and share this step. Returns
+    ``(out (N, H D), w (H, E))``, ``w`` before dropout. On a bipartite structure ``v`` has the
+    ``N_src`` source rows and the output the ``N_dst`` target rows.
+
+    Softmax attention whose scores are ``q . k`` plus per-edge terms is one step instead:
+    :func:`csr_softmax_attention` (:func:`pyg_lie.ops.csr_softmax_attention`, re-exported
+    here as the engine's entry point), which fuses scores, softmax and aggregation where a
+    kernel takes the inputs.
     """
-    num_targets = v.shape[0] if s.num_sources is None else s.num_nodes
-    # score.t() leads: the weights keep the (H, E) memory order the sorted normalisation reduces along
-    w = edge_attention(score.t(), s.row, num_targets, normalization=normalization, ptr=s.crow,
-                       degree=s.degree, validate=False).t().contiguous()
+    if normalization == "softmax":
+        w = ops.csr_softmax(s, score)
+    elif normalization in ("mean", "constant"):
+        num_targets = v.shape[0] if s.num_sources is None else s.num_nodes
+        w = edge_attention(score.t(), s.row, num_targets, normalization=normalization, ptr=s.crow,
+                           degree=s.degree, validate=False).t().contiguous()
+    else:
+        raise ValueError(f"normalization must be 'softmax' or 'constant' (alias 'mean'), got {normalization!r}")
     wd = F.dropout(w, p=dropout, training=True) if training and dropout > 0 else w
-    return csr_aggregate(s, wd, v), w
-
-
-def csr_softmax_attention(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: Tensor) -> Tuple[Tensor, Tensor]:
-    r"""Multi-head softmax attention on the target-sorted edges of ``s``:
-
-    .. math::
-        w_{h,e} = \operatorname{softmax}_{e \to i}\big(q_{i,h} \cdot k_{j,h} + l_{h,e}\big),
-        \qquad \mathrm{out}_{i,h} = \sum_{e = (j \to i)} w_{h,e}\, v_{j,h}
-
-    for ``q, k, v (N, H, D)`` and location scores ``l (H, E)`` in sorted edge order.
-    Returns ``(out (N, H, D), w (H, E))``. This is the operator
-    :func:`pyg_lie.ops.csr_softmax_attention` (on CPU one native kernel does the SDDMM, the
-    softmax and the SpMM row by row, and its backward two passes; Triton kernels on CUDA),
-    except for complete clouds (all pairs within equal-size clouds), whose scores are the
-    blocks of batched matrix products, and under ``torch.compile`` and on bipartite structures
-    (``k, v`` with the ``N_src`` source rows, ``q`` and the output the ``N_dst`` target rows),
-    where the unfused operators (:func:`~._sparse_ops.csr_scores`, :func:`csr_edge_attention`)
-    compute it.
-    """
-    if not tracing():  # (evaluating the sizes alone broke guards of dynamic shapes)
-        s.check(q.shape[0], s.col.numel())
-        if l.shape != (q.shape[1], s.col.numel()):
-            raise ValueError(f"the location scores must have shape (H, E) = {(q.shape[1], s.col.numel())}, one "
-                             f"per head and edge of the structure, got {tuple(l.shape)} (location features of "
-                             f"another length, e.g. a rel_log that is not of these edges?)")
-    if tracing() or (s.complete and not ops.serves(q)) or s.num_sources is not None:
-        # complete clouds: batched dense products; traced: the unfused operators, which trace as they are;
-        # bipartite: the fused kernels take one node set
-        return _unfused_csr_attention(s, q, k, v, l)
-    return ops.csr_softmax_attention(s, q, k, v, l)
-
-
-def _unfused_csr_attention(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: Tensor) -> Tuple[Tensor, Tensor]:
-    out, w = csr_edge_attention(s, csr_scores(s, q, k) + l, v)
-    if s.num_sources is not None:
-        return out.view(s.num_nodes, *v.shape[1:]), w
-    return out.view(v.shape), w
-
-
-def _csr_attention_grad(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: Tensor, g: Optional[Tensor],
-                        gw: Optional[Tensor], needs) -> Tuple[Optional[Tensor], ...]:
-    r"""Gradients ``(gq, gk, gv, gl)`` of :func:`csr_softmax_attention` (``None`` where not in
-    ``needs``) for the output gradients ``g (N, H, D)`` and ``gw (H, E)`` (either ``None``),
-    written with operators whose derivatives are closed-form (SDDMM, SpMM, gathers and a
-    scatter softmax), so that a gradient of this gradient costs one more backward pass and
-    never re-enters the attention or autograd:
-
-    .. math::
-        \bar w = \bar w_{in} + \mathrm{SDDMM}(g, v), \quad
-        \bar s_e = w_e \big(\bar w_e - \textstyle\sum_{e' \to i} w_{e'} \bar w_{e'}\big), \quad
-        \bar q = \mathrm{SpMM}(\bar s, k), \quad \bar k = \mathrm{SpMM}^T(\bar s, q), \quad
-        \bar v = \mathrm{SpMM}^T(w, g), \quad \bar l = \bar s .
-    """
-    p = s.parts(True)
-    N = q.shape[0]
-    w = softmax((_sddmm_op(q, k, *p) + l).t(), s.row, num_nodes=N, dim=0).t()  # (H, E), recomputed
-    gq = gk = gv = None
-    gbar = gw
-    if g is not None:
-        gs = _sddmm_op(g, v, *p)
-        gbar = gs if gbar is None else gbar + gs
-        if needs[2]:
-            gv = _transposed_spmm(w, g, p)
-    if gbar is None:
-        return None, None, None, None
-    wg = w * gbar
-    gscore = wg - w * select(scatter(wg, s.row, dim=1, dim_size=N, reduce="sum"), 1, s.row)
-    if needs[0]:
-        gq = _spmm_op(gscore, k, *p)
-    if needs[1]:
-        gk = _transposed_spmm(gscore, q, p)
-    return gq, gk, gv, (gscore if needs[3] else None)
+    return ops.csr_aggregate(s, wd, v), w

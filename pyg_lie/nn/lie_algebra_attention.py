@@ -40,7 +40,6 @@ raised. Never NaN.
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Optional, Tuple, Union
 
 import torch
@@ -53,13 +52,13 @@ from torch_geometric.nn.dense.linear import Linear
 from .. import _checks as checks
 from .._checks import positive_int
 from ..groups import LieGroup, get_group
-from ..groups.base import CHART_MODES, _is_compiling, chart_safe_log
+from ..groups.base import CHART_MODES, chart_safe_log
 from . import _explain
 from ._deprecation import renamed
 from ._bipartite import check_bipartite_edges, node_pair, same_form
 from ._edge_features import edge_score
 from ._explain import check_explain_mode, explain_mask, masked_edge_attention
-from ._sparse_ops import CSRStructure, csr_aggregate, to_edge_order
+from ..ops import CSRStructure, csr_aggregate, to_edge_order
 from .attention_core import edge_attention
 
 SCORES = ("closed_form", "mlp")

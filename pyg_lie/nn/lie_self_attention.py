@@ -48,16 +48,16 @@ from torch.nn import Linear, Module, Sequential, SiLU
 from torch_geometric.nn import MessagePassing
 
 from .. import _checks as checks
+from .._tracing import tracing
 from .._checks import nonnegative_int, positive_int, probability
 from ..groups import LieGroup, get_group
-from ..groups.base import _is_compiling
 from . import _explain
 from ._deprecation import default_group
 from ._bipartite import bipartite_relative_log, check_bipartite_edges, node_pair, same_form
 from ._edge_mlp import HeadwiseMLP, edge_mlp
 from ._edge_features import edge_score
 from ._explain import check_explain_mode, explain_mask, masked_edge_attention
-from ._sparse_ops import CSRStructure, csr_scores, to_edge_order
+from ..ops import CSRStructure, csr_scores, to_edge_order
 from .attention_core import csr_edge_attention, csr_softmax_attention, edge_attention
 
 __all__ = ["LieSelfAttention", "CONTENT", "LOCATION", "COMBINE", "NORMALIZATION"]
@@ -112,16 +112,16 @@ class LieSelfAttention(MessagePassing):
         edge_dim: width of ``edge_attr`` (``None``: the layer takes no edge features). Its
             score term is one more per-edge, per-head score, so the fused kernels keep
             running with it.
-        fused: ``"auto"`` (default), ``True`` or ``False``. The fused path
-            computes the dot-product scores and the weighted sums with sparse
-            CSR kernels (SDDMM / SpMM), so no ``(E, d)`` tensor is ever
-            formed (memory ``O(E heads)``); it has exact first and second
-            derivatives; its kernels are custom operators, so ``torch.compile``
-            calls them as they are. ``"auto"`` and ``True`` use it, ``False``
-            runs the generated ``MessagePassing.propagate`` path instead. On it,
-            the official architecture's attention (dot-product content, one
-            location score per head, additive, softmax, no dropout at work) is
-            one operator, :func:`~pyg_lie.nn.attention_core.csr_softmax_attention`.
+        fused: ``"auto"`` (default), ``True`` or ``False``: which graph path runs (not which
+            kernel: :mod:`pyg_lie.ops` chooses those). The CSR path computes the dot-product
+            scores and the weighted sums on the graph's :class:`pyg_lie.ops.CSRStructure`,
+            so no ``(E, d)`` tensor is ever formed (memory ``O(E heads)``); it has exact
+            first and second derivatives; its kernels are custom operators, so
+            ``torch.compile`` calls them as they are. ``"auto"`` and ``True`` use it,
+            ``False`` runs the generated ``MessagePassing.propagate`` path instead. On it,
+            the official architecture's attention (dot-product content, one location score
+            per head, additive, softmax, no dropout at work) is one call,
+            :func:`pyg_lie.ops.csr_softmax_attention`, fused where a kernel takes it.
         explain_mode: where PyG's explainer edge mask acts: ``"score"`` (default; a log-bias on
             the scores, so a 0/1 mask equals removing the edges) or ``"message"`` (it multiplies
             the messages after the normalisation, PyG's default; every edge gets a score, a
@@ -254,7 +254,7 @@ class LieSelfAttention(MessagePassing):
         calls either layer. ``edge_attr (E, edge_dim)`` (only with ``edge_dim``; ``(E,)`` when ``edge_dim=1``) are
         edge features in the order of ``edge_index``. ``rel_log`` optionally passes
         ``group.relative_log(g, edge_index, one_sided_cut=True)`` ``(E, dim)`` and ``csr`` a
-        :class:`CSRStructure` of ``edge_index``, both precomputed once for a stack of layers on
+        :class:`pyg_lie.ops.CSRStructure` of ``edge_index``, both precomputed once for a stack of layers on
         the same edges. For a bipartite graph, ``x``, ``g`` and ``invariants`` are pairs
         ``(source, target)`` and ``csr`` is ``CSRStructure.build(edge_index, N_dst,
         num_sources=N_src)``.
@@ -267,7 +267,7 @@ class LieSelfAttention(MessagePassing):
         given = edge_index
         checks.edge_index(edge_index)
         edge_index = checks.plain_index("edge_index", edge_index)  # EdgeIndex / Index: a plain int64 tensor
-        if not _is_compiling():
+        if not tracing():
             if bipartite:
                 self._check(x_src, g_src, inv_src, "[0]", "_src")
                 self._check(x_dst, g_dst, inv_dst, "[1]", "_dst")

@@ -40,10 +40,10 @@ from torch import Tensor
 
 from .. import _checks
 from .._checks import batch_vector, nonnegative_float, optional_length, positive_int
-from .._sort import argsort_keys
+from ..ops import argsort_keys
 from .._tracing import compiling
 from ..groups import LieGroup
-from ..ops import graph as _graph
+from .. import ops
 
 __all__ = ["full_graph", "base_graph", "expand_edges", "subsample_edges", "threshold_edges",
            "lifted_knn_edges", "lifted_edges"]
@@ -75,7 +75,7 @@ def full_graph(batch: Tensor, loop: bool = True) -> Tensor:
         raise ValueError("batch must be sorted (graphs stored contiguously, the PyG convention)")
     counts = torch.unique_consecutive(batch, return_counts=True)[1]
     ptr = _pointer(counts)  # first node of every graph, and N
-    ei = _graph.complete_edges(ptr)
+    ei = ops.complete_edges(ptr)
     if not loop:
         ei = ei[:, ei[0] != ei[1]]
     return ei
@@ -122,7 +122,7 @@ def expand_edges(edge_index: Tensor, num_points: int, K: int) -> Tensor:
                          "torch_geometric.utils.sort_edge_index(edge_index, sort_by_row=False)")
     deg = torch.bincount(dst, minlength=num_points)
     ptr = _pointer(deg)  # first base edge of each target, and E
-    return _graph.expand_edges(ptr, src, K)
+    return ops.expand_edges(ptr, src, K)
 
 
 def subsample_edges(edge_index: Tensor, num_nodes: int, k: int,

@@ -234,7 +234,7 @@ class S2AttentionConv(MessagePassing):
         return BipartiteCSR.from_edge_index(edge_index, num_src, num_dst, transpose=True)
 
     def _check_isolated(self, edge_index: Tensor, num_dst: int, plan: Optional[BipartiteCSR]) -> None:
-        if not self.warn_isolated or torch.compiler.is_compiling():
+        if not self.warn_isolated or checks.tracing():
             return
         if plan is not None:
             n_iso = plan.num_isolated

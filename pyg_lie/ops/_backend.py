@@ -36,7 +36,14 @@ def _from_environment() -> str:
         raise ValueError(f"environment variable {_ENV}: {err}") from None
 
 
-_current = _from_environment()
+#: the process-wide selection (set_backend, PYG_LIE_BACKEND); a ``with backend(...)`` block
+#: overrides it in its own thread only
+_default = _from_environment()
+_local = threading.local()
+
+
+def _selected() -> str:
+    return getattr(_local, "name", None) or _default
 
 
 def set_backend(name: str) -> None:
@@ -51,27 +58,30 @@ def set_backend(name: str) -> None:
       GPU runs, under Triton's interpreter (slow: for tests). Inputs a kernel does not take
       fall back to the composite implementation, as :func:`dispatch_counts` shows.
 
-    The environment variable ``PYG_LIE_BACKEND`` sets the backend at import.
+    The environment variable ``PYG_LIE_BACKEND`` sets the backend at import. The selection
+    is process-wide (every thread), except inside a :func:`backend` block, which overrides
+    it in its own thread.
     """
-    global _current
-    _current = _checked(name)
+    global _default
+    _default = _checked(name)
 
 
 def get_backend() -> str:
-    """The backend selected by :func:`set_backend` (or ``PYG_LIE_BACKEND``)."""
-    return _current
+    """The backend in force in this thread: the innermost :func:`backend` block's, else the
+    one selected by :func:`set_backend` (or ``PYG_LIE_BACKEND``)."""
+    return _selected()
 
 
 @contextlib.contextmanager
 def backend(name: str) -> Iterator[str]:
-    """Context manager: the operators use backend ``name`` inside the ``with`` block."""
-    global _current
-    new, old = _checked(name), _current
-    _current = new
+    """Context manager: the operators called from this thread use backend ``name`` inside
+    the ``with`` block (other threads keep theirs; blocks nest)."""
+    new, old = _checked(name), getattr(_local, "name", None)
+    _local.name = new
     try:
         yield new
     finally:
-        _current = old
+        _local.name = old
 
 
 def dispatch_counts() -> Dict[Tuple[str, str], int]:
@@ -119,11 +129,20 @@ def native_available() -> bool:
     return _native_module().available()
 
 
+def torch_path(x: torch.Tensor) -> bool:
+    """True where the structure-level functions prefer torch formulations to the operators
+    for work that torch does well at its own sizes: the ``auto`` backend on a tensor that is
+    not on CUDA. There complete clouds run their attention as batched matrix products
+    (:func:`pyg_lie.ops.csr_softmax_attention`) and small edge MLPs of other dtypes than
+    float32 run as their modules (:func:`pyg_lie.ops.edge_mlp`)."""
+    return x.device.type != "cuda" and _selected() == "auto"
+
+
 def serves(x: torch.Tensor) -> bool:
-    """True where the layers hand their attention and edge MLPs to these operators: CUDA
-    tensors, or any tensor when a backend other than ``auto`` is selected (on CPU the layers'
-    own kernels otherwise run: the native C kernels and the CSR products of ``pyg_lie.nn``)."""
-    return x.device.type == "cuda" or _current != "auto"
+    """True where the operators take every attention and edge MLP of the layers, at every
+    size: CUDA tensors, or any tensor when a backend other than ``auto`` is in force (the
+    opposite of :func:`torch_path`; for reports, the choice itself is made by the operators)."""
+    return not torch_path(x)
 
 
 def direct(*ts) -> bool:
@@ -164,7 +183,7 @@ def choose(op: str, device: torch.device, native_ok, triton_ok, cpu_fallback: st
     ``native_ok`` / ``triton_ok``: callables saying whether those kernels take the inputs;
     ``cpu_fallback``: what runs on CPU where the native kernel declines them (``"chunked"``:
     the edge MLP's blocked torch kernels)."""
-    sel = _current
+    sel = _selected()
     if sel == "auto":
         sel = "triton" if device.type == "cuda" else "native"
     if sel == "native" and not (device.type == "cpu" and native_ok()):

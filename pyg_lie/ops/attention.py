@@ -21,7 +21,7 @@ from . import _backend
 from ._common import (autocasting, check_csr, check_csr_values, eager_function, float32_under_autocast,
                       float_tensor, index_tensor, plain, rows_of, same_device, same_dtype, transpose_csr)
 
-__all__ = ["csr_attention", "csr_softmax_attention", "composite_attention", "composite_attention_backward"]
+__all__ = ["csr_attention", "composite_attention", "composite_attention_backward"]
 
 
 # ------------------------------------------------------------------------- composite reference
@@ -299,20 +299,3 @@ def plain_bias(b) -> Optional[Tensor]:
     if b.dim() not in (1, 2):
         raise ValueError(f"b must be (E,) or (H, E), got shape {tuple(b.shape)}")
     return float_tensor("b", b, b.dim())
-
-
-def csr_softmax_attention(s, q: Tensor, k: Tensor, v: Tensor, l: Optional[Tensor] = None,
-                          b: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-    """:func:`csr_attention` on a CSR structure ``s`` with attributes ``crow`` and ``col`` (such
-    as :class:`pyg_lie.nn._sparse_ops.CSRStructure`); ``l`` and ``b`` are in the structure's
-    sorted edge order (permute per-edge inputs of the original order with ``s.perm``). When a
-    gradient will be needed and ``s`` has ``parts(transpose)``, its cached transposed pattern
-    feeds the backward kernels. Returns ``(out (N, H, D), w (H, E))``."""
-    transpose = None
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, l, b)) \
-            and hasattr(s, "parts"):
-        _, _, crow_t, col_t, perm_t, _ = s.parts(True)
-        transpose = (crow_t, col_t, perm_t)
-    # a structure that checked its pattern when made is not checked again
-    return csr_attention(q, k, v, s.crow, s.col, l, b, transpose=transpose,
-                         validate=False if getattr(s, "checked", False) else None)

@@ -20,7 +20,7 @@ from torch import Tensor
 from .._tracing import compiling
 from . import _backend
 from ._common import eager_function, float_tensor, plain, same_device
-from ._safe import half_cot_half
+from .._safe import half_cot_half
 
 __all__ = ["se2_relative_log", "composite_se2_relative_log"]
 

@@ -105,7 +105,11 @@ def _triton_layout(x: Tensor, params: Sequence[Tensor], headwise: bool):
     return _triton, P, width, Wp, bp
 
 
-#: rows per block of the chunked CPU kernels: 16384 x 16 floats = 1 MiB of activations a layer
+#: rows per block of the chunked CPU kernels: 16384 x 16 floats = 1 MiB of activations a layer.
+#: The blocks write into buffers allocated once per call; with fresh per-block temporaries
+#: instead, glibc's malloc handed their pages back to the OS and faulted them in again on every
+#: block. Smaller blocks were slower on the LieSelfAttention benchmark's SE(2) configuration,
+#: larger ones no faster
 DEFAULT_CHUNK = 16384
 
 
@@ -281,21 +285,30 @@ def _sequential_params(module, x: Tensor) -> Optional[List[Tensor]]:
     return params
 
 
-def edge_mlp(module, x: Tensor) -> Tensor:
+def edge_mlp(module, x: Tensor, chunk: Optional[int] = None) -> Tensor:
     """``module(x)`` through the :func:`mlp` operator where ``module`` is a ``Linear (SiLU
     Linear)*`` :class:`~torch.nn.Sequential` (``x (..., in) -> (..., out)``) or a headwise MLP
     with ``heads`` and ``params()`` (:class:`pyg_lie.nn._edge_mlp.HeadwiseMLP`: ``x (..., in) ->
-    (..., H)``, returned as a view of heads-first storage); any other module is called as it is."""
+    (..., H)``, returned as a view of heads-first storage); any other module is called as it is.
+
+    ``chunk``: rows per block of the chunked CPU kernels (default :data:`DEFAULT_CHUNK`; a
+    headwise MLP takes blocks of ``chunk / H`` rows, the same size in memory). Under the
+    ``auto`` backend on CPU the module itself runs where it is as fast: inputs that are not
+    ``(E, in)``, and at most one block of rows of another dtype than float32 (float32 takes
+    the operator at any size: its native kernel beats the module). On CUDA, or with a
+    backend selected by :func:`pyg_lie.ops.set_backend`, the operator runs at every size."""
     x = plain("x", x)
-    if x.dim() == 0:
+    headwise = hasattr(module, "heads") and callable(getattr(module, "params", None))
+    params = list(module.params()) if headwise else _sequential_params(module, x)
+    if params is None or x.dim() == 0:
         return module(x)
+    chunk = DEFAULT_CHUNK if chunk is None else positive_int("chunk", chunk)
+    if _backend.torch_path(x):
+        if headwise:
+            chunk = max(1, chunk // module.heads)
+        if x.device.type != "cpu" or x.dim() != 2 or (x.shape[0] <= chunk and x.dtype != torch.float32):
+            return module(x)
     lead = x.shape[:-1]
     flat = x.reshape(-1, x.shape[-1])
-    if hasattr(module, "heads") and callable(getattr(module, "params", None)):
-        y = mlp(flat, list(module.params()), headwise=True).t()
-    else:
-        params = _sequential_params(module, x)
-        if params is None:
-            return module(x)
-        y = mlp(flat, params)
+    y = mlp(flat, params, headwise=True, chunk=chunk).t() if headwise else mlp(flat, params, chunk=chunk)
     return y.reshape(*lead, y.shape[-1])

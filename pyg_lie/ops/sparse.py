@@ -13,7 +13,7 @@ r"""Products and the softmax on target-sorted CSR edges, multi-head.
 The CSR pattern is ``crow (N + 1,)`` over targets and ``col (E,)`` sources; the optional
 ``crow_t, col_t, perm_t, iperm_t`` are its transpose (rows = sources) and the permutations
 between the two edge orders, which the backward passes need (see
-:meth:`pyg_lie.nn._sparse_ops.CSRStructure.parts`). SDDMM and SpMM differentiate into each
+:meth:`pyg_lie.ops.CSRStructure.parts`). SDDMM and SpMM differentiate into each
 other, so their gradients of any order are these operators again; the softmax's
 differentiable backward is written in torch scatters. On CPU (float32 and float64 products,
 float32 softmax) the native C kernels run, elsewhere the composite implementation, which
@@ -32,7 +32,7 @@ from . import _backend
 from ._common import (check_csr_values, check_permutation, check_transpose, eager_function, float32_under_autocast,
                       float_tensor, index_tensor, rows_of, same_device, same_dtype, validating)
 
-__all__ = ["sddmm", "spmm", "spmm_permuted", "transposed_spmm", "segment_softmax", "composite_sddmm",
+__all__ = ["sddmm", "spmm", "spmm_permuted", "transposed_spmm", "segment_softmax", "dense_softmax", "composite_sddmm",
            "composite_spmm", "composite_segment_softmax"]
 
 
@@ -109,7 +109,7 @@ def _transposed(p):
     crow, col, crow_t, col_t, perm_t, iperm_t = p
     if perm_t is None:
         raise RuntimeError("the transposed CSR pattern was not given; call the products through "
-                           "pyg_lie.nn._sparse_ops.sddmm / spmm (or pass crow_t, col_t, perm_t, iperm_t)")
+                           "pyg_lie.ops.csr_sddmm / csr_spmm (or pass crow_t, col_t, perm_t, iperm_t)")
     return (crow_t, col_t, crow, col, iperm_t, perm_t), perm_t
 
 
@@ -340,3 +340,54 @@ def segment_softmax(s: Tensor, ptr: Tensor, dim: int = 1, *, validate: Optional[
     if ptr.device.type != "cpu" and validating(validate, s, ptr):  # CPU: checked in the operator
         pointer_values("ptr", ptr, s.shape[dim])
     return _SegmentSoftmax.apply(s, ptr, dim) if _backend.direct(s, ptr) else _segment_softmax_op(s, ptr, dim)
+
+
+# ------------------------------------------------------------------------------ dense softmax
+# The dense softmax as a custom operator: traced under torch.compile with dynamic shapes,
+# inductor fused it with the neighbouring reshapes into a scalar (unvectorised) backward loop
+# parallel over the heads only, far slower than the static-shape kernels; called as an
+# operator it runs aten's kernels in every case.
+@torch.library.custom_op("pyg_lie::softmax", mutates_args=())
+def _dense_softmax_op(score: Tensor, dim: int) -> Tensor:
+    return torch.softmax(score.contiguous(), dim=dim)  # contiguous in, contiguous out
+
+
+@_dense_softmax_op.register_fake
+def _(score, dim):
+    return score.new_empty(score.shape)
+
+
+@torch.library.custom_op("pyg_lie::softmax_backward", mutates_args=())
+def _dense_softmax_backward_op(g: Tensor, w: Tensor, dim: int) -> Tensor:
+    return torch.ops.aten._softmax_backward_data(g.contiguous(), w, dim, w.dtype)
+
+
+@_dense_softmax_backward_op.register_fake
+def _(g, w, dim):
+    return w.new_empty(w.shape)
+
+
+def _dense_setup(ctx, inputs, output) -> None:
+    ctx.dim = inputs[1]
+    ctx.save_for_backward(output)
+
+
+def _dense_grad(ctx, g: Tensor):
+    (w,) = ctx.saved_tensors
+    if torch.is_grad_enabled():  # create_graph=True: the same formula with differentiable ops
+        return w * (g - (g * w).sum(ctx.dim, keepdim=True)), None
+    return _dense_softmax_backward_op(g, w, ctx.dim), None
+
+
+_dense_softmax_op.register_autograd(_dense_grad, setup_context=_dense_setup)
+float32_under_autocast(_dense_softmax_op, _dense_softmax_backward_op)
+
+
+def dense_softmax(score: Tensor, dim: int) -> Tensor:
+    """``torch.softmax(score, dim)`` as the operator ``torch.ops.pyg_lie.softmax`` (contiguous
+    output), the normalisation of equal-size neighbourhoods ``(..., K)``. Differentiable twice."""
+    if not isinstance(score, Tensor) or not score.is_floating_point():
+        raise ValueError(f"score must be a floating tensor, got {getattr(score, 'dtype', type(score).__name__)}")
+    if not -score.dim() <= dim < max(score.dim(), 1):
+        raise ValueError(f"dim must index one of the {score.dim()} dimensions of score, got {dim}")
+    return _dense_softmax_op(score, dim % max(score.dim(), 1))

@@ -15,7 +15,7 @@ The layer is a PyG ``MessagePassing`` on the patch graph (complete by default); 
 softmax over each target's incoming edges is the shared
 :func:`pyg_lie.nn.attention_core.edge_attention`. When all heads have the same size
 (always for ``coupled``), the default fused path computes scores and weighted sums
-with the CSR kernels LieSelfAttention uses (:mod:`pyg_lie.nn._sparse_ops`: batched
+with the CSR kernels LieSelfAttention uses (:mod:`pyg_lie.ops.csr`: batched
 matrix products on the complete patch graph, SDDMM / SpMM otherwise), so no ``(E, d)``
 tensor is formed.
 """
@@ -33,7 +33,7 @@ from .. import _checks
 from ..neighbors import complete_graph as _complete_graph
 from ..nn import _explain
 from ..nn._explain import check_explain_mode, explain_mask, masked_edge_attention
-from ..nn._sparse_ops import CSRStructure, csr_scores, to_edge_order
+from ..ops import CSRStructure, csr_scores, to_edge_order
 from ..nn.attention_core import csr_edge_attention, edge_attention
 from .field_type import FieldType
 from .linear import EquivariantLinear

@@ -258,7 +258,7 @@ def test_fused_attention_equals_message_passing(mode, graph):
 def test_fused_attention_compiles_without_graph_breaks():
     """The fused path under torch.compile (AOT autograd, fullgraph): as eager, with and
     without a structure built outside."""
-    from pyg_lie.nn._sparse_ops import CSRStructure
+    from pyg_lie.ops import CSRStructure
     torch.manual_seed(1)
     V = FieldType.regular("C4", 2)
     att = EquivariantSelfAttention(V, heads=2).double()

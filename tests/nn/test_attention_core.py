@@ -113,7 +113,7 @@ def _explicit_attention(edge_index, score, v, norm):
 def test_csr_edge_attention_matches_explicit_loop(norm, graph):
     """Scores in edge_index order -> CSR order -> csr_edge_attention, against a loop over
     nodes; the three structures take the scatter-free sorted, dense-degree and batched paths."""
-    from pyg_lie.nn._sparse_ops import CSRStructure, to_edge_order
+    from pyg_lie.ops import CSRStructure, to_edge_order
     from pyg_lie.nn.attention_core import csr_edge_attention
     gen = torch.Generator().manual_seed(3)
     N, H, D = 8, 2, 3
@@ -141,7 +141,7 @@ def test_csr_edge_attention_matches_explicit_loop(norm, graph):
 
 
 def test_csr_edge_attention_dropout_acts_on_the_aggregation_only():
-    from pyg_lie.nn._sparse_ops import CSRStructure
+    from pyg_lie.ops import CSRStructure
     from pyg_lie.nn.attention_core import csr_edge_attention
     gen = torch.Generator().manual_seed(4)
     N, H, D = 6, 2, 4

@@ -1,7 +1,7 @@
 """Mixed precision: the fused kernels (custom operators) under ``torch.autocast``.
 
 Autocast does not cast a custom operator's inputs, and stays on inside it; the operators
-are registered to run in float32 under autocast (``pyg_lie.nn._autocast``). Without that,
+are registered to run in float32 under autocast (``pyg_lie.ops._common.float32_under_autocast``). Without that,
 the chunked edge MLP met bfloat16 activations beside float32 weights and torch's sparse
 CSR products, which have no bfloat16 CPU kernel, failed in the forward or backward pass.
 """

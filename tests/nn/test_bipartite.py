@@ -8,7 +8,7 @@ from torch_geometric.utils import softmax
 
 from pyg_lie.groups import SE2, SO3
 from pyg_lie.nn import LieAlgebraAttention, LieSelfAttention, LieTransformerBlock, VectorTokenAttention
-from pyg_lie.nn._sparse_ops import CSRStructure, csr_aggregate, to_edge_order
+from pyg_lie.ops import CSRStructure, csr_aggregate, to_edge_order
 from pyg_lie.nn.attention_core import csr_edge_attention, csr_softmax_attention
 
 f64 = torch.float64

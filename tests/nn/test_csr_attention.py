@@ -8,8 +8,9 @@ import torch
 
 from pyg_lie import ops
 from pyg_lie.nn import LieSelfAttention, lie_self_attention
-from pyg_lie.nn._sparse_ops import CSRStructure
-from pyg_lie.nn.attention_core import _unfused_csr_attention, csr_softmax_attention
+from pyg_lie.ops import CSRStructure
+from pyg_lie.nn.attention_core import csr_softmax_attention
+from pyg_lie.ops.csr import _unfused_attention as _unfused_csr_attention
 from pyg_lie.ops import _native
 
 pytestmark = pytest.mark.skipif(not _native.available(), reason="native kernels not built (no C compiler)")

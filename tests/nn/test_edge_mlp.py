@@ -4,7 +4,8 @@ import torch
 from torch.nn import GELU, Linear, Sequential, SiLU
 from torch.autograd import gradcheck, gradgradcheck
 
-from pyg_lie.nn._edge_mlp import HeadwiseMLP, _edge_mlp_op, _headwise_op, edge_mlp
+from pyg_lie import ops
+from pyg_lie.nn._edge_mlp import HeadwiseMLP, edge_mlp
 from pyg_lie.nn.lie_self_attention import _mlp
 
 D = torch.float64
@@ -57,7 +58,7 @@ def test_gradcheck_and_double_backward():
     for m in mlp[::2]:
         params += [m.weight, m.bias]
     x = torch.randn(11, 3, dtype=D, requires_grad=True)
-    f = lambda x, *p: _edge_mlp_op(x, list(p), 4)  # noqa: E731
+    f = lambda x, *p: ops.mlp(x, list(p), chunk=4)  # noqa: E731
     assert gradcheck(f, (x, *params))
     assert gradgradcheck(f, (x, *params))
 
@@ -190,7 +191,7 @@ def test_headwise_gradcheck_double_backward_and_opcheck():
     m = HeadwiseMLP(3, 5, 2, 3).to(D)
     x = torch.randn(11, 3, dtype=D, requires_grad=True)
     params = m.params()
-    f = lambda x, *p: _headwise_op(x, list(p), 4)  # noqa: E731
+    f = lambda x, *p: ops.mlp(x, list(p), headwise=True, chunk=4)  # noqa: E731
     assert gradcheck(f, (x, *params))
     assert gradgradcheck(f, (x, *params))
     torch.library.opcheck(torch.ops.pyg_lie.mlp, (x, params, True, 4))

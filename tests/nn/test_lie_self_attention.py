@@ -202,7 +202,7 @@ def test_compiled_block_runs_the_fused_kernels(monkeypatch, graph):
     they are, forward and backward, with or without a precomputed CSR structure: the same
     values and gradients as eager, in float64."""
     from pyg_lie import ops
-    from pyg_lie.nn._sparse_ops import CSRStructure
+    from pyg_lie.ops import CSRStructure
 
     class _Calls:  # runs of the sparse products, on any backend
         def clear(self):
@@ -248,7 +248,7 @@ def test_inductor_compiled_block_matches_eager():
 
 def test_sparse_operators_pass_opcheck():
     """Schema, fake implementation and autograd registration of the CSR custom operators."""
-    from pyg_lie.nn._sparse_ops import CSRStructure
+    from pyg_lie.ops import CSRStructure
     G, layer, pos, lifted, ei, inv = setup("SO2", OPTIONS[0])
     s = CSRStructure.build(ei[:, torch.randperm(ei.size(1))], lifted.x.size(0))
     n = lifted.x.size(0)
@@ -313,7 +313,7 @@ def test_fused_path_matches_message_passing(opt):
         assert torch.allclose(a, b, atol=1e-12) and torch.equal(ea, eb) and torch.allclose(wa, wb, atol=1e-12)
     # first and second derivatives of the fused kernels
     from torch.autograd import gradcheck, gradgradcheck
-    from pyg_lie.nn._sparse_ops import CSRStructure, sddmm, spmm
+    from pyg_lie.ops import CSRStructure, csr_sddmm as sddmm, csr_spmm as spmm
     s = CSRStructure.build(ei[:, perm], lifted.x.size(0))
     A = torch.randn(lifted.x.size(0), 3, dtype=torch.float64, requires_grad=True)
     w = torch.randn(ei.size(1), dtype=torch.float64, requires_grad=True)
@@ -334,7 +334,7 @@ def test_uniform_degree_and_complete_block_paths(opt, clouds):
     the scatter / sparse-product path (same CSR with ``degree=0``), values and gradients."""
     import dataclasses
 
-    from pyg_lie.nn._sparse_ops import CSRStructure
+    from pyg_lie.ops import CSRStructure
 
     G, layer, pos, lifted, ei, inv = setup("SE2", OPTIONS[opt])
     n = lifted.x.size(0)
@@ -363,7 +363,7 @@ def test_uniform_degree_and_complete_block_paths(opt, clouds):
 
 
 def test_complete_detection():
-    from pyg_lie.nn._sparse_ops import CSRStructure
+    from pyg_lie.ops import CSRStructure
     n = 4
     full = torch.cat([torch.cartesian_prod(torch.arange(n), torch.arange(n)).t() + b * n for b in range(2)], 1)
     assert CSRStructure.build(full, 2 * n).complete
@@ -481,7 +481,7 @@ def test_compiled_block_dynamic_shapes_on_complete_clouds():
     """Complete clouds with a changing number of clouds under torch.compile(dynamic=True):
     the batched products and the dense softmax operator trace with symbolic sizes and give
     eager's values and gradients."""
-    from pyg_lie.nn._sparse_ops import CSRStructure
+    from pyg_lie.ops import CSRStructure
     G = get_group("SE2")
     torch.manual_seed(3)
     block = LieTransformerBlock(8, G, heads=2, kernel_dim=8).double()

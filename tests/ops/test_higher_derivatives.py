@@ -18,14 +18,19 @@ from torch.autograd import gradcheck, gradgradcheck
 import pyg_lie.nn._edge_mlp as em
 from pyg_lie.models import LieTransformer
 from pyg_lie.models.hamiltonian import HamiltonianNODE, rollout_mse
-from pyg_lie.nn import _native
-from pyg_lie.nn._edge_mlp import HeadwiseMLP, _edge_mlp_op, _forward, _headwise_forward, _headwise_op
-from pyg_lie.nn._sparse_ops import CSRStructure, sddmm, spmm
-from pyg_lie.nn.attention_core import (_csr_attention_grad, _sorted_edge_attention, _unfused_csr_attention,
-                                       csr_softmax_attention)
+from pyg_lie.ops import _native
+from pyg_lie import ops
+from pyg_lie.nn._edge_mlp import HeadwiseMLP, _headwise_forward
+from pyg_lie.ops import CSRStructure, csr_sddmm as sddmm, csr_spmm as spmm
+from pyg_lie.nn.attention_core import _sorted_edge_attention, csr_softmax_attention
+from pyg_lie.ops.csr import _unfused_attention as _unfused_csr_attention
 from pyg_lie.nn.lie_self_attention import _mlp
 
 D = torch.float64
+
+
+def _forward(x, params):
+    return ops.composite_mlp(x, params, False)
 
 
 def _third_order(f, inputs):
@@ -49,7 +54,7 @@ def _shared_params(layers=3, in_dim=3, hidden=6, out=2, seed=2):
 def test_shared_edge_mlp_derivatives(layers):
     params = _shared_params(layers)
     x = torch.randn(11, 3, dtype=D, requires_grad=True)
-    f = lambda x, *p: _edge_mlp_op(x, list(p), 4)  # noqa: E731
+    f = lambda x, *p: ops.mlp(x, list(p), chunk=4)  # noqa: E731
     assert torch.allclose(f(x, *params), _forward(x, params), atol=1e-14)
     assert gradcheck(f, (x, *params))
     assert gradgradcheck(f, (x, *params))
@@ -62,7 +67,7 @@ def test_headwise_edge_mlp_derivatives(layers):
     mlp = HeadwiseMLP(3, 5, 2, layers).to(D)
     params = [p.detach().clone().requires_grad_() for p in mlp.params()]
     x = torch.randn(9, 3, dtype=D, requires_grad=True)
-    f = lambda x, *p: _headwise_op(x, list(p), 4)  # noqa: E731
+    f = lambda x, *p: ops.mlp(x, list(p), headwise=True, chunk=4)  # noqa: E731
     assert torch.allclose(f(x, *params), _headwise_forward(x, params).t(), atol=1e-14)
     assert gradcheck(f, (x, *params))
     assert gradgradcheck(f, (x, *params))
@@ -75,7 +80,7 @@ def test_edge_mlp_second_derivative_only_for_some_inputs():
     x = torch.randn(13, 3, dtype=D, requires_grad=True)
     ref = [p.detach().clone().requires_grad_() for p in params]
     xr = x.detach().clone().requires_grad_()
-    for f, xs, ps in ((lambda t, p: _edge_mlp_op(t, p, 4), x, params), (_forward, xr, ref)):
+    for f, xs, ps in ((lambda t, p: ops.mlp(t, p, chunk=4), x, params), (_forward, xr, ref)):
         (gx,) = torch.autograd.grad(f(xs, ps).pow(2).sum(), xs, create_graph=True)
         gx.pow(2).sum().backward()
     for a, b in zip(params + [x], ref + [xr]):
@@ -123,9 +128,10 @@ def test_sddmm_spmm_derivatives():
 
 
 def test_csr_attention_closed_form_gradient():
-    """The fused attention's differentiable backward, :func:`_csr_attention_grad`, equals
-    autograd through the unfused operators in float64, and is itself exactly differentiable
-    (its gradcheck is the gradgradcheck of the fused operator)."""
+    """The fused attention's differentiable backward (:func:`pyg_lie.ops.composite_attention_backward`
+    on the weights of :func:`pyg_lie.ops.composite_attention`, what the operator runs under
+    ``create_graph=True``) equals autograd through the unfused operators in float64, and is
+    itself exactly differentiable (its gradcheck is the gradgradcheck of the fused operator)."""
     s = _csr(seed=1)
     N, H, Dh, E = s.num_nodes, 2, 8, s.col.numel()
     torch.manual_seed(5)
@@ -135,16 +141,19 @@ def test_csr_attention_closed_form_gradient():
     out, w = _unfused_csr_attention(s, q, k, v, l)
     xs = [q, k, v, l]
 
+    def closed_form(q, k, v, l, g, gw):
+        w = ops.composite_attention(q, k, v, l, None, s.crow, s.col)[1]
+        return ops.composite_attention_backward(q, k, v, w, torch.zeros_like(q) if g is None else g, gw,
+                                                s.crow, s.col)
+
     def ref(outs, grads):
         got = torch.autograd.grad(outs, xs, grads, retain_graph=True, allow_unused=True)
         return [torch.zeros_like(x) if t is None else t for x, t in zip(xs, got)]
     for gg, gww, refs in ((g, gw, ref([out, w], [g, gw])), (g, None, ref(out, g)), (None, gw, ref(w, gw))):
-        got = _csr_attention_grad(s, q, k, v, l, gg, gww, [True] * 4)
-        for x, a, b in zip(xs, got, refs):
-            a = torch.zeros_like(x) if a is None else a
+        got = closed_form(q, k, v, l, gg, gww)
+        for a, b in zip(got, refs):
             assert torch.allclose(a, b, rtol=1e-11, atol=1e-12)
-        assert got[2] is None or gg is not None  # no value gradient from the weights alone
-    assert gradcheck(lambda *t: _csr_attention_grad(s, *t, [True] * 4), (q, k, v, l, g, gw))
+    assert gradcheck(closed_form, (q, k, v, l, g, gw))
 
 
 @pytest.mark.skipif(not _native.available(), reason="no native kernels")
@@ -196,17 +205,9 @@ def test_hamiltonian_training_gradient_matches_the_plain_path(monkeypatch, radiu
     model = _hamiltonian(radius)
     z0, m, k = _systems()
     monkeypatch.setattr(em, "EDGE_CHUNK", 8)
-    calls = {"op": 0}
-
-    def spy(real):
-        def op(*a):
-            calls["op"] += 1
-            return real(*a)
-        return op
-    for name in ("_edge_mlp_op", "_headwise_op"):
-        monkeypatch.setattr(em, name, spy(getattr(em, name)))
+    ops.reset_dispatch_counts()
     fast = _training_gradient(model, z0, m, k)
-    assert calls["op"] > 0
+    assert sum(n for (op, _), n in ops.dispatch_counts().items() if op == "mlp") > 0
     monkeypatch.setattr(em, "EDGE_CHUNK", 1 << 30)
     for mod in model.modules():
         if hasattr(mod, "fused"):

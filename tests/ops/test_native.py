@@ -5,8 +5,9 @@ import warnings
 import pytest
 import torch
 
-from pyg_lie.nn import _native
-from pyg_lie.nn._edge_mlp import HeadwiseMLP, _headwise_chunked_forward, _headwise_forward, edge_mlp
+from pyg_lie.ops import _native
+from pyg_lie.nn._edge_mlp import HeadwiseMLP, _headwise_forward, edge_mlp
+from pyg_lie.ops._chunked import headwise_chunked_forward as _headwise_chunked_forward
 
 
 def _reference(x, params, g):
@@ -261,7 +262,7 @@ def test_compiled_float32_matches_eager():
 
 def _csr_graph(N, E, seed):
     """Random edges sorted by (target, source) with node 0 and the last node receiving none."""
-    from pyg_lie.nn._sparse_ops import CSRStructure
+    from pyg_lie.ops import CSRStructure
     gen = torch.Generator().manual_seed(seed)
     ei = torch.randint(0, N, (2, E), generator=gen)
     ei = ei[:, (ei[1] != 0) & (ei[1] != N - 1)]
@@ -298,7 +299,7 @@ def test_native_csr_products_match_dense_float64(dtype, H, D):
 def test_native_csr_products_threads_agree_and_match_torch(monkeypatch):
     """Each output is summed by one thread in a fixed order: bitwise equal for 1-3 threads; and
     equal to torch's sparse kernels (the fallback, PYG_LIE_NATIVE=0) to float32 rounding."""
-    from pyg_lie.nn._sparse_ops import sddmm, spmm
+    from pyg_lie.ops import csr_sddmm as sddmm, csr_spmm as spmm
     s = _csr_graph(500, 6000, 0)
     torch.manual_seed(0)
     A, B, w = torch.randn(500, 4, 16), torch.randn(500, 4, 16), torch.randn(4, s.col.numel())
@@ -358,7 +359,7 @@ def test_native_graph_steps_match_torch(monkeypatch):
     """The complete graphs (full_graph), the lifted edges (expand_edges) and CSRStructure.build
     with its transpose, native against the torch formulation (PYG_LIE_NATIVE=0), exactly,
     including degree/complete."""
-    from pyg_lie.nn._sparse_ops import CSRStructure
+    from pyg_lie.ops import CSRStructure
     from pyg_lie.nn.lifted_edges import base_graph, expand_edges, full_graph
     gen = torch.Generator().manual_seed(1)
     pos, batch = torch.randn(50, 2, generator=gen), torch.arange(2).repeat_interleave(25)
@@ -418,7 +419,7 @@ def test_native_spmm_reads_weights_through_a_permutation(dtype, Dv):
 def test_csr_product_gradients_native_equal_torch(monkeypatch):
     """The backward passes (transposed SpMM reading the weights through perm_t) against torch's
     kernels with gathered weights, and their double backward."""
-    from pyg_lie.nn._sparse_ops import sddmm, spmm
+    from pyg_lie.ops import csr_sddmm as sddmm, csr_spmm as spmm
     s = _csr_graph(40, 500, 32)
     gen = torch.Generator().manual_seed(5)
     base = [torch.randn(40, 2, 16, generator=gen) for _ in range(3)] + [torch.randn(2, s.col.numel(), generator=gen)]

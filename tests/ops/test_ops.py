@@ -90,6 +90,46 @@ def test_backend_selection_and_counts():
     assert ops.dispatch_counts() == {}
 
 
+def test_backend_block_is_per_thread():
+    """A ``with ops.backend(...)`` block selects for its own thread only (two threads inside
+    blocks of different backends each run their own, counted), and ``set_backend`` is
+    process-wide."""
+    import threading
+    ts, crow, col = attention_inputs(N=4, max_degree=3)
+    ready, seen, errors = threading.Barrier(2), {}, []
+
+    def work(name):
+        try:
+            with ops.backend(name):
+                ready.wait(timeout=30)  # both blocks are open now
+                seen[name] = ops.get_backend()
+                ops.csr_attention(*ts[:3], crow, col, ts[3])
+                ready.wait(timeout=30)
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    ops.reset_dispatch_counts()
+    threads = [threading.Thread(target=work, args=(n,)) for n in ("composite", "triton")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert seen == {"composite": "composite", "triton": "triton"}
+    counts = ops.dispatch_counts()
+    assert counts.get(("csr_attention", "composite")) == 1 and sum(counts.values()) == 2
+    old = ops.get_backend()
+    try:
+        ops.set_backend("composite")
+        other = []
+        t = threading.Thread(target=lambda: other.append(ops.get_backend()))
+        t.start()
+        t.join()
+        assert other == ["composite"]
+    finally:
+        ops.set_backend(old)
+
+
 def test_backend_from_environment(monkeypatch):
     try:
         monkeypatch.setenv("PYG_LIE_BACKEND", "Triton")
@@ -274,7 +314,7 @@ def test_attention_accepts_tensor_subclasses():
 
 
 def test_csr_softmax_attention_on_a_structure():
-    from pyg_lie.nn._sparse_ops import CSRStructure
+    from pyg_lie.ops import CSRStructure
     N = 7
     ei = torch.randint(0, N, (2, 20))
     s = CSRStructure.build(ei, N)
@@ -286,6 +326,37 @@ def test_csr_softmax_attention_on_a_structure():
     assert s.perm_t is not None  # the structure's cached transpose fed the backward
     ref_out, _ = ops.composite_attention(q, k, v, l, None, s.crow, s.col)
     torch.testing.assert_close(out, ref_out)
+
+
+def test_structure_attention_chooses_its_kernels():
+    """ops.csr_softmax_attention makes the choice the layers used to make: complete clouds on
+    CPU under ``auto`` run as batched products (no attention operator), the same structure
+    under a selected backend takes the fused operator, a bipartite structure the unfused
+    steps; all give the same values."""
+    from pyg_lie.ops import CSRStructure
+    torch.manual_seed(0)
+    n, B, H, D = 4, 2, 2, 8
+    blocks = [torch.cartesian_prod(torch.arange(n), torch.arange(n)).t() + b * n for b in range(B)]
+    s = CSRStructure.build(torch.cat(blocks, 1), n * B)
+    assert s.complete
+    q, k, v = (torch.randn(n * B, H, D, dtype=torch.float64) for _ in range(3))
+    l = torch.randn(H, s.col.numel(), dtype=torch.float64)
+    results = {}
+    for name in ("auto", "composite"):
+        ops.reset_dispatch_counts()
+        with ops.backend(name):
+            results[name] = ops.csr_softmax_attention(s, q, k, v, l)
+        fused = {key: c for key, c in ops.dispatch_counts().items() if key[0] == "csr_attention"}
+        assert fused == ({} if name == "auto" else {("csr_attention", "composite"): 1}), (name, fused)
+    assert_close_all(results["auto"], results["composite"], 1e-12)
+    bip = CSRStructure.build(torch.cat(blocks, 1), n * B, num_sources=n * B + 1)
+    ops.reset_dispatch_counts()
+    with ops.backend("composite"):
+        got = ops.csr_softmax_attention(bip, q, torch.cat([k, k[:1]]), torch.cat([v, v[:1]]), l)
+    assert not any(key[0] == "csr_attention" for key in ops.dispatch_counts())
+    assert_close_all(got, results["auto"], 1e-12)
+    with pytest.raises(TypeError, match="CSRStructure"):
+        ops.csr_softmax_attention((s.crow, s.col), q, k, v, l)
 
 
 OPCHECKS = ("test_schema", "test_autograd_registration", "test_faketensor")

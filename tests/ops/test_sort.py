@@ -1,17 +1,18 @@
-"""``pyg_lie._sort``: the native radix sort and the numpy fallbacks must equal torch's
+"""``pyg_lie.ops.sort_keys`` / ``argsort_keys``: the native radix sort and the numpy fallbacks must equal torch's
 stable sort exactly."""
 import pytest
 import torch
 
-from pyg_lie._sort import NUMPY_ARGSORT_MAX, argsort_keys, sort_keys
-from pyg_lie.nn import _native
+from pyg_lie.ops import argsort_keys, sort_keys
+from pyg_lie.ops.graph import NUMPY_ARGSORT_MAX
+from pyg_lie.ops import _native
 
 native = pytest.mark.skipif(not _native.available(), reason="native kernels not built (no C compiler)")
 
 
 @pytest.fixture(params=["native", "numpy"])
 def path(request, monkeypatch):
-    """Both paths of _sort: the radix sort, and numpy/torch with the native kernels disabled."""
+    """Both paths of the sorts: the radix sort, and numpy/torch with the native kernels disabled."""
     if request.param == "native" and not _native.available():
         pytest.skip("native kernels not built (no C compiler)")
     if request.param == "numpy":
@@ -71,7 +72,7 @@ def test_radix_sort_cases(case):
 @native
 def test_radix_sort_declines_what_does_not_fit():
     """Negative keys, and keys whose bits plus the position bits exceed 63: None, so that the
-    callers sort otherwise (and _sort's results stay exact, see the fallback test)."""
+    callers sort otherwise (and the sorts stay exact, see the fallback test)."""
     assert _native.radix_sort(torch.tensor([3, -1, 2])) is None
     assert _native.radix_sort(torch.tensor([2 ** 62, 5, 2 ** 61, 5])) is None
     with pytest.raises(ValueError, match="1-D int64 CPU tensor"):

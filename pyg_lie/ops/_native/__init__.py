@@ -442,7 +442,7 @@ def csr_attention_backward(q: Tensor, k: Tensor, v: Tensor, w: Tensor, g: Tensor
     """``(gq, gk, gv, gl)`` of :func:`csr_attention` for the output gradient ``g (N, H, D)``
     and optionally a gradient ``gw (H, E)`` of the weights, given the forward's ``w``, on the
     pattern and its transpose (``crow_t``, ``col_t``, ``perm_t`` of
-    :meth:`~pyg_lie.nn._sparse_ops.CSRStructure.parts`)."""
+    :meth:`~pyg_lie.ops.CSRStructure.parts`)."""
     q, k, v, w, g = (_plain(t, torch.float32) for t in (q, k, v, w, g))
     gw = None if gw is None else _plain(gw, torch.float32)
     crow, col = _csr_pattern(crow, col, q.shape[0], "csr_attention_backward")
@@ -516,7 +516,7 @@ def complete_edges(start: Tensor) -> Tensor:
 def csr_scan(src: Tensor, dst: Tensor, num_nodes: int) -> Optional[Tuple[Tensor, int, bool]]:
     """For edges ``src, dst (E,)`` (int64, CPU) in ``(dst, src)`` order with every index in
     ``[0, num_nodes)``: ``(crow (num_nodes + 1,), degree, complete)`` as in
-    :class:`~pyg_lie.nn._sparse_ops.CSRStructure`, in one pass; ``None`` otherwise (unsorted
+    :class:`~pyg_lie.ops.CSRStructure`, in one pass; ``None`` otherwise (unsorted
     or out of range, or tensors C cannot read), for the caller's general path."""
     if not usable(src, dst) or src.shape != dst.shape or src.dim() != 1 or num_nodes < 0:
         return None
@@ -532,7 +532,7 @@ def csr_scan(src: Tensor, dst: Tensor, num_nodes: int) -> Optional[Tuple[Tensor,
 def csr_transpose(crow: Tensor, col: Tensor) -> Optional[Tuple[Tensor, Tensor, Tensor, Tensor]]:
     """``(crow_t, col_t, perm_t, iperm_t)``: the transposed pattern of the CSR graph ``crow
     (N + 1,)``, ``col (E,)`` (int64, CPU) as in
-    :meth:`~pyg_lie.nn._sparse_ops.CSRStructure.parts`, by one counting sort of the sources;
+    :meth:`~pyg_lie.ops.CSRStructure.parts`, by one counting sort of the sources;
     ``None`` if a source is out of range or ``crow`` is not a pointer of ``E`` edges (or the
     tensors cannot be read)."""
     if not usable(crow, col) or crow.dim() != 1 or crow.numel() < 1 or col.dim() != 1:

@@ -1,4 +1,4 @@
-/* One pass over target-sorted edges for CSRStructure.build (pyg_lie/nn/_sparse_ops.py), int64, CPU.
+/* One pass over target-sorted edges for CSRStructure.build (pyg_lie/ops/csr.py), int64, CPU.
  *
  *   csr_scan_i64(E, N, src, dst, crow, info)
  *

@@ -1,13 +1,21 @@
-"""Fused edge products on CSR graphs: SDDMM and SpMM with exact first and second derivatives.
+r"""The CSR structure of a graph and the attention steps on it.
 
-``sddmm(A, B)`` gives ``s_e = A[dst_e] . B[src_e]`` and ``spmm(w, V)`` gives
-``out_i = sum_{e: dst_e = i} w_e V[src_e]``: the operators ``torch.ops.pyg_lie.csr_sddmm`` and
-``csr_spmm`` of :mod:`pyg_lie.ops.sparse` (on CPU one native pass for all heads, without
-materialising any ``(E, D)`` tensor). Their backward passes are written with the same two
-operations, so double backward (gradients of gradients, needed by Hamiltonian models) works
-as well, and ``torch.compile`` calls them as they are, without a graph break; left to
-itself, inductor would turn the gathers and scatters of ``(E, D)`` features into
-element-wise atomic loops (a compiled block's backward several times slower than eager).
+:class:`CSRStructure` holds the edges of a graph sorted by ``(target, source)``, their row
+pointer and, built when a gradient first needs it, the transposed pattern. Every function here
+takes one and chooses its kernel itself:
+
+* :func:`csr_scores`, :func:`csr_aggregate`: the products ``q_i . k_j`` and
+  ``sum_{j -> i} w_{h,e} v_j`` (batched matrix products on complete clouds on CPU, else the
+  operators :func:`~pyg_lie.ops.sddmm` / :func:`~pyg_lie.ops.spmm`);
+  :func:`csr_sddmm`, :func:`csr_spmm`: the operators themselves on the structure;
+* :func:`csr_softmax`: the softmax of ``(H, E)`` scores over each target's incoming edges (a
+  dense softmax where every target has the same in-degree, else the segment softmax);
+* :func:`csr_softmax_attention`: softmax attention, fused where a kernel takes the inputs (the
+  operator :func:`~pyg_lie.ops.csr_attention`), else the three steps above;
+* :func:`to_edge_order`: per-edge rows from the sorted order back to the given one.
+
+Which kernel runs follows the device and :func:`~pyg_lie.ops.set_backend` (see
+:mod:`pyg_lie.ops._backend`); the layers never choose.
 """
 from __future__ import annotations
 
@@ -18,13 +26,14 @@ import torch
 from torch import Tensor
 
 from .. import _checks as checks
-from .._sort import argsort_keys
 from .._tracing import tracing
-from ..ops import graph as _graph
-from ..ops.sparse import _sddmm_op, _spmm_op
-from ..ops.sparse import transposed_spmm as _transposed_spmm  # noqa: F401 (imported from here)
+from . import _backend
+from .attention import csr_attention
+from .graph import argsort_keys, csr_scan, csr_transpose, degree_and_complete
+from .sparse import _sddmm_op, _spmm_op, dense_softmax, segment_softmax
 
-__all__ = ["CSRStructure", "sddmm", "spmm", "csr_scores", "csr_aggregate", "to_edge_order"]
+__all__ = ["CSRStructure", "csr_sddmm", "csr_spmm", "csr_scores", "csr_aggregate", "csr_softmax",
+           "csr_softmax_attention", "to_edge_order"]
 
 #: ``(crow, col, crow_t, col_t, perm_t, iperm_t)``: a CSR pattern, the CSR of its transpose
 #: and the permutations between the two edge orders (``None`` where no gradient needs them)
@@ -142,7 +151,7 @@ class CSRStructure:
             return cls._build_bipartite(edge_index, num_nodes, num_sources, transpose, compiling)
         src, dst = edge_index[0], edge_index[1]
         # edges sorted and in range: one pass (degree and complete depend on the data: not traced)
-        scanned = None if compiling else _graph.csr_scan(src, dst, num_nodes)
+        scanned = None if compiling else csr_scan(src, dst, num_nodes)
         perm = None
         if scanned is None:
             checks.index_range("edge_index", edge_index, num_nodes)
@@ -153,7 +162,7 @@ class CSRStructure:
             crow = _row_pointer(dst, num_nodes)
             if compiling:
                 return cls(perm, dst, src, crow, num_nodes, checked=True)  # the transpose: built where needed
-            scanned = (crow, *_graph.degree_and_complete(crow, src, dst, num_nodes))
+            scanned = (crow, *degree_and_complete(crow, src, dst, num_nodes))
         crow, degree, complete = scanned
         out = cls(perm, dst, src, crow, num_nodes, degree, complete, checked=True)
         if transpose and not complete:
@@ -192,7 +201,7 @@ class CSRStructure:
         if self.perm_t is not None:
             return self.crow, self.col, self.crow_t, self.col_t, self.perm_t, self.iperm_t
         if self.num_sources is None:
-            crow_t, col_t, perm_t, iperm_t = _graph.csr_transpose(self.crow, self.col)
+            crow_t, col_t, perm_t, iperm_t = csr_transpose(self.crow, self.col)
         else:
             crow_t, col_t, perm_t, iperm_t = self._bipartite_transpose()
         if not tracing():
@@ -208,7 +217,7 @@ class CSRStructure:
         crow = self.crow
         if n_src > n_dst:
             crow = torch.cat([crow, crow[-1:].expand(n_src - n_dst)])
-        crow_t, col_t, perm_t, iperm_t = _graph.csr_transpose(crow, self.col)
+        crow_t, col_t, perm_t, iperm_t = csr_transpose(crow, self.col)
         return crow_t[:n_src + 1], col_t, perm_t, iperm_t
 
 
@@ -234,21 +243,21 @@ def _fits(s: CSRStructure, *ts: Tensor, sources: bool = False) -> None:
                              f"{t.shape[0]}; pass csr=CSRStructure.build(edge_index, num_nodes) of these edges")
 
 
-def sddmm(s: CSRStructure, A: Tensor, B: Tensor) -> Tensor:
+def csr_sddmm(s: CSRStructure, A: Tensor, B: Tensor) -> Tensor:
     """``(E,)`` with ``A[dst_e] . B[src_e]`` for ``A, B (N, D)``, or ``(H, E)`` per head for
     ``A, B (N, H, D)`` (sorted edge order)."""
     if A.dim() == 2:
-        return sddmm(s, A.unsqueeze(1), B.unsqueeze(1))[0]
+        return csr_sddmm(s, A.unsqueeze(1), B.unsqueeze(1))[0]
     _fits(s, A)
     _fits(s, B, sources=True)
     return _sddmm_op(A, B, *s.parts(_needs_transpose(A, B)))
 
 
-def spmm(s: CSRStructure, w: Tensor, V: Tensor) -> Tensor:
+def csr_spmm(s: CSRStructure, w: Tensor, V: Tensor) -> Tensor:
     """``(N, D)`` with ``sum_{e -> i} w_e V[src_e]`` for ``w (E,)``, ``V (N, D)``, or
     ``(N, H, Dv)`` per head for ``w (H, E)``, ``V (N, H, Dv)``."""
     if w.dim() == 1:
-        return spmm(s, w.unsqueeze(0), V.unsqueeze(1))[:, 0]
+        return csr_spmm(s, w.unsqueeze(0), V.unsqueeze(1))[:, 0]
     _fits(s, V, sources=True)
     return _spmm_op(w, V, *s.parts(_needs_transpose(w, V)))
 
@@ -268,7 +277,7 @@ def csr_scores(s: CSRStructure, q: Tensor, k: Tensor) -> Tensor:
         n = s.degree
         qb, kb = (t.view(N // n, n, H, D).permute(2, 0, 1, 3) for t in (q, k))  # (H, B, n, D)
         return (qb @ kb.transpose(-1, -2)).reshape(H, -1)
-    return sddmm(s, q, k)
+    return csr_sddmm(s, q, k)
 
 
 def csr_aggregate(s: CSRStructure, w: Tensor, v: Tensor) -> Tensor:
@@ -282,10 +291,87 @@ def csr_aggregate(s: CSRStructure, w: Tensor, v: Tensor) -> Tensor:
         vb = v.view(N // n, n, H, Dv).permute(2, 0, 1, 3)
         return (w.view(H, N // n, n, n) @ vb).permute(1, 2, 0, 3).reshape(N, H * Dv)
     if s.num_sources is not None:  # bipartite: one row per target
-        return spmm(s, w, v).reshape(s.num_nodes, H * Dv)
-    return spmm(s, w, v).reshape(N, H * Dv)
+        return csr_spmm(s, w, v).reshape(s.num_nodes, H * Dv)
+    return csr_spmm(s, w, v).reshape(N, H * Dv)
 
 
 def to_edge_order(s: CSRStructure, t: Tensor) -> Tensor:
     """Rows of ``t (E, ...)`` from sorted back to the original edge order."""
     return t if s.perm is None else torch.empty_like(t).index_copy_(0, s.perm, t)
+
+
+# -------------------------------------------------------------------------- softmax attention
+def csr_softmax(s: CSRStructure, score: Tensor) -> Tensor:
+    r"""``(H, E)`` weights ``w_{h,e} = \exp s_{h,e} / \sum_{e' \to i} \exp s_{h,e'}`` of the
+    scores ``score (H, E)`` (sorted edge order) over each target's incoming edges: one dense
+    softmax over ``(H, N, K)`` where every target has the same in-degree ``K``
+    (``s.degree``), else :func:`~pyg_lie.ops.segment_softmax` along the row pointer."""
+    H, E = score.shape
+    if s.degree > 0:
+        return dense_softmax(score.reshape(H, -1, s.degree), -1).reshape(H, E)
+    if E == 0:
+        return score.clone()
+    return segment_softmax(score, s.crow, 1, validate=False)
+
+
+def csr_softmax_attention(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: Optional[Tensor] = None,
+                          b: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    r"""Multi-head softmax attention on the target-sorted edges of ``s``:
+
+    .. math::
+        w_{h,e} = \operatorname{softmax}_{e \to i}\big(q_{i,h} \cdot k_{j,h} + l_{h,e} + b_{(h,)e}\big),
+        \qquad \mathrm{out}_{i,h} = \sum_{e = (j \to i)} w_{h,e}\, v_{j,h}
+
+    Args:
+        s: the :class:`CSRStructure` of the edges (bipartite: ``k, v`` have its ``N_src``
+            source rows, ``q`` and the output its ``N_dst`` target rows).
+        q: ``(N, H, D)`` queries (scaled as wanted).
+        k, v: ``(N, H, D)`` keys and values.
+        l: optional ``(H, E)`` location scores, in the structure's sorted edge order (permute
+            per-edge inputs of the given order with ``s.perm``).
+        b: optional additive log-bias ``(E,)`` or ``(H, E)``, sorted edge order.
+
+    Returns:
+        ``(out (N, H, D), w (H, E))``, ``w`` in sorted edge order. Differentiable twice.
+
+    Which kernel runs is chosen here: the fused operator :func:`~pyg_lie.ops.csr_attention`
+    (one native CPU kernel for the SDDMM, the softmax and the SpMM row by row; Triton on CUDA),
+    with the structure's cached transposed pattern feeding its backward; or, for complete
+    clouds on CPU under the ``auto`` backend (batched matrix products), under
+    ``torch.compile`` (the unfused operators trace as they are) and on bipartite structures
+    (the fused kernels take one node set), :func:`csr_scores`, :func:`csr_softmax` and
+    :func:`csr_aggregate`.
+    """
+    if not isinstance(s, CSRStructure):
+        raise TypeError(f"s must be a pyg_lie.ops.CSRStructure (CSRStructure.build(edge_index, num_nodes)), "
+                        f"got {type(s).__name__}")
+    if not tracing():  # (evaluating the sizes alone broke guards of dynamic shapes)
+        E = s.col.numel()
+        s.check(q.shape[0], E)
+        if l is not None and l.shape != (q.shape[1], E):
+            raise ValueError(f"the location scores l must have shape (H, E) = {(q.shape[1], E)}, one per head "
+                             f"and edge of the structure, got {tuple(l.shape)} (location features of another "
+                             f"length, e.g. a rel_log that is not of these edges?)")
+    if tracing() or s.num_sources is not None or (s.complete and _backend.torch_path(q)):
+        return _unfused_attention(s, q, k, v, l, b)
+    transpose = None
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, l, b)):
+        _, _, crow_t, col_t, perm_t, _ = s.parts(True)
+        transpose = (crow_t, col_t, perm_t)
+    # a structure that checked its pattern when made is not checked again
+    return csr_attention(q, k, v, s.crow, s.col, l, b, transpose=transpose, validate=False if s.checked else None)
+
+
+def _unfused_attention(s: CSRStructure, q: Tensor, k: Tensor, v: Tensor, l: Optional[Tensor] = None,
+                       b: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """:func:`csr_softmax_attention` as scores, softmax and aggregation."""
+    score = csr_scores(s, q, k)
+    if l is not None:
+        score = score + l
+    if b is not None:
+        score = score + b
+    w = csr_softmax(s, score)
+    out = csr_aggregate(s, w, v)
+    if s.num_sources is not None:
+        return out.view(s.num_nodes, *v.shape[1:]), w
+    return out.view(v.shape), w

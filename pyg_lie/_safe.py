@@ -1,5 +1,5 @@
 """Numerically safe scalar functions used by the closed-form exp/log maps (of the groups and of
-the SE(2) relative-log operator; they live in ops, which imports nothing from the groups).
+the SE(2) relative-log operator of :mod:`pyg_lie.ops`, which both import them from here).
 
 Each switches to a Taylor polynomial near its removable singularity and feeds a
 harmless dummy value into the other branch, so neither values nor gradients

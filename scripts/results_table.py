@@ -130,62 +130,104 @@ def _springs_budget(rec: Dict[str, Any]) -> str:
     return f"{config.get('n_train')} systems, {epochs}, lr {config.get('lr')}"
 
 
-#: grid views: experiment -> (title, run-name prefix, row label of a record, row order, columns (metric, header),
-#: headers of the two label columns). The runs whose names start with the prefix become one row each (the
-#: first run of a label); rows sort by the order lists, then naturally; a cell shows ours and, where the
-#: record has one, the paper's number in brackets.
+def _table1_label(rec: Dict[str, Any]) -> tuple:
+    config = rec.get("config", {})
+    model = "SetTransformer" if config.get("model") == "settransformer" else f"LieTransformer-{config.get('group')}"
+    return model, "D_train" + {"none": ""}.get(config.get("augment"), f"^{config.get('augment')}")
+
+
+_TABLE1 = dict(label=_table1_label,
+               order=(["LieTransformer-T2", "LieTransformer-SE2", "SetTransformer"],
+                      ["D_train", "D_train^T2", "D_train^SE2"]),
+               columns=[("test_acc", "D_test"), ("test_T2_acc", "D_test^T2"), ("test_SE2_acc", "D_test^SE2"),
+                        ("inv_SE2", "inv. err SE2")],
+               headers=("model", "training set"))
+
+#: grid views: experiment -> grids, each with a title, the runs it shows (``runs``: their description,
+#: ``{folder}`` the experiment's folder; ``select(run, record)``), a row label of a record, the row order, the columns (metric, header) and the
+#: headers of the two label columns. With ``seeds``, runs named ``<run>-seed<k>`` are repeats of
+#: ``<run>``: their cell is the mean ± standard deviation over the repeats (n of them). Otherwise
+#: the first run of a label is its row. Rows sort by the order lists, then naturally; a cell
+#: shows ours and, where the record has one, the paper's number in brackets.
 GRIDS = {
-    "springs": (
-        "Methods x training budget (paper Fig. 4-5)",
-        "",
-        lambda rec: (_springs_budget(rec), _springs_method(rec)),
-        ([], []),
-        [("test_gmse_5", "5-step test MSE (geometric mean over steps, the paper's)"),
-         ("test_mse_5", "5-step test MSE (arithmetic mean)"),
-         ("rollout_gmse_100", "100-step rollout (geometric mean over steps)"),
-         ("energy_drift_100", "energy drift over 100 steps")],
-        ("training", "potential"),
-    ),
-    "constellation": (
-        "Table 1: model x training augmentation x test augmentation",
-        "table1-",
-        lambda rec: ("SetTransformer" if rec.get("config", {}).get("model") == "settransformer"
-                     else f"LieTransformer-{rec.get('config', {}).get('group')}",
-                     "D_train" + {"none": ""}.get(rec.get("config", {}).get("augment"),
-                                                  f"^{rec.get('config', {}).get('augment')}")),
-        (["LieTransformer-T2", "LieTransformer-SE2", "SetTransformer"], ["D_train", "D_train^T2", "D_train^SE2"]),
-        [("test_acc", "D_test"), ("test_T2_acc", "D_test^T2"), ("test_SE2_acc", "D_test^SE2")],
-        ("model", "training set"),
-    ),
+    "springs": [dict(
+        title="Methods x training budget (paper Fig. 4-5)",
+        runs="`{folder}*`", select=lambda run, rec: True,
+        label=lambda rec: (_springs_budget(rec), _springs_method(rec)),
+        order=([], []),
+        columns=[("test_gmse_5", "5-step test MSE (geometric mean over steps, the paper's)"),
+                 ("test_mse_5", "5-step test MSE (arithmetic mean)"),
+                 ("rollout_gmse_100", "100-step rollout (geometric mean over steps)"),
+                 ("energy_drift_100", "energy drift over 100 steps")],
+        headers=("training", "potential"), seeds=False)],
+    "constellation": [
+        dict(title="Table 1 in the paper's setting (x_i = 1, the official data, 10000 training clouds, 150 epochs): "
+                   "model x training augmentation x test augmentation",
+             runs="`{folder}*` with `x_i = 1` (`--features constant`), the official data, 10000 training clouds "
+                  "and 150 epochs", select=lambda run, rec: _paper_table1(rec), seeds=True, **_TABLE1),
+        dict(title="Table 1 at a smaller budget with pairwise-distance features (the original code's default; an "
+                   "extension, not the paper's setting)",
+             runs="`{folder}table1-*` outside the grid above (3000 training clouds, 10 epochs; the "
+                  "LieTransformers with `--features pairwise_distances`, the SetTransformer on the positions)",
+             select=lambda run, rec: run.startswith("table1-") and not _paper_table1(rec), seeds=False, **_TABLE1),
+    ],
 }
 
 
+def _paper_table1(rec: Dict[str, Any]) -> bool:
+    """A constellation run in the paper's Table 1 setting at the primary grid's budget."""
+    config = rec.get("config", {})
+    return (config.get("features", "constant") == "constant" and config.get("data") == "official"
+            and config.get("num_train") == 10000 and config.get("epochs") == 150)
+
+
+_SEED = re.compile(r"-seed\d+$")
+
+
+def _grid_cell(records: List[Dict[str, Any]], metric: str) -> str:
+    values = [float(r["metrics"][metric]) for r in records if metric in (r.get("metrics") or {})]
+    if not values:
+        return "not stored"
+    if len(values) == 1:
+        return _fmt(values[0])
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return f"{_fmt(mean)} ± {_fmt(std)} (n={len(values)})"
+
+
 def _grid(experiment: str, runs: Dict[str, Dict[str, Any]]) -> str:
-    """The grid view of ``experiment`` (see :data:`GRIDS`), or ``""``."""
-    if experiment not in GRIDS:
-        return ""
-    title, prefix, label, order, columns, headers = GRIDS[experiment]
-    rows = {}
+    """The grid views of ``experiment`` (see :data:`GRIDS`), or ``""``."""
+    return "".join(_one_grid(experiment, spec, runs) for spec in GRIDS.get(experiment, []))
+
+
+def _one_grid(experiment: str, spec: Dict[str, Any], runs: Dict[str, Dict[str, Any]]) -> str:
+    groups: Dict[str, List[str]] = {}
     for run in sorted(runs, key=_natural):
-        if run.startswith(prefix):
-            rows.setdefault(label(runs[run]), run)
+        if spec["select"](run, runs[run]):
+            groups.setdefault(_SEED.sub("", run) if spec["seeds"] else run, []).append(run)
+    rows: Dict[tuple, str] = {}
+    for base in sorted(groups, key=_natural):
+        rows.setdefault(spec["label"](runs[groups[base][0]]), base)
     if not rows:
         return ""
+    order, columns, headers = spec["order"], spec["columns"], spec["headers"]
 
     def rank(key):
         return (tuple(o.index(k) if k in o else len(o) for k, o in zip(key, order))
                 + tuple(_natural(k) for k in key))
 
-    out = [f"\n### {title}\n\nOne row per run `results/{experiment}/{prefix}*`; in each cell ours, and the "
+    repeats = " (repeats `<run>-seed<k>`: mean ± standard deviation over the n seeds)" if spec["seeds"] else ""
+    out = [f"\n### {spec['title']}\n\nOne row per run {spec['runs'].format(folder=f'results/{experiment}/')}{repeats}; in each cell ours, and the "
            "paper's number in brackets where we have it. The runs' settings and commands are in the table "
            f"above.\n\n| {headers[0]} | {headers[1]} | " + " | ".join(h for _, h in columns) + " | run |\n"
            "|---|---|" + "---|" * len(columns) + "---|\n"]
     for key in sorted(rows, key=rank):
-        rec = runs[rows[key]]
-        ours, paper = rec.get("metrics") or {}, rec.get("paper") or {}
-        cells = [(_fmt(ours.get(m)) if m in ours else "not stored") + (f" ({_fmt(paper[m])})" if m in paper else "")
-                 for m, _ in columns]
-        out.append(f"| {_cell(key[0])} | {_cell(key[1])} | " + " | ".join(cells) + f" | {_cell(rows[key])} |\n")
+        base = rows[key]
+        members = [runs[r] for r in groups[base]]
+        paper = members[0].get("paper") or {}
+        cells = [_grid_cell(members, m) + (f" ({_fmt(paper[m])})" if m in paper else "") for m, _ in columns]
+        name = base + (f" (+{len(members) - 1} seeds)" if len(members) > 1 else "")
+        out.append(f"| {_cell(key[0])} | {_cell(key[1])} | " + " | ".join(cells) + f" | {_cell(name)} |\n")
     return "".join(out)
 
 

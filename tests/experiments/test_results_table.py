@@ -125,28 +125,47 @@ def test_shortfalls_list_accuracies_below_and_errors_above_the_paper(tmp_path):
     assert "other_acc" not in text  # no value of ours: not judged
 
 
-def test_constellation_grid_view(tmp_path):
-    """Table 1 as a grid: one row per table1-* run in model / augmentation order, paper numbers in brackets."""
+def test_constellation_grid_views(tmp_path):
+    """Table 1 as grids: the paper's setting (x_i = 1, official data, 10000 clouds, 150 epochs,
+    whatever the run's name; repeats ``-seed<k>`` folded into mean ± std) and the smaller-budget
+    extension (the other table1-* runs), rows in model / augmentation order, paper numbers
+    in brackets."""
     mod = _script()
     root = tmp_path / "results"
+    paper = dict(features="constant", data="official", num_train=10000, epochs=150)
     cells = [("settransformer", "SE2", "none"), ("lietransformer", "SE2", "T2"), ("lietransformer", "T2", "none"),
              ("lietransformer", "T2", "SE2")]
     for i, (model, group, aug) in enumerate(cells):
         name = "Set" if model == "settransformer" else group
-        _write(root, "constellation", f"table1-{name}-train-{aug}",
-               config={"model": model, "group": group, "augment": aug},
-               metrics={"test_acc": 0.5 + i / 10, "test_T2_acc": 0.25, "test_SE2_acc": 0.125},
-               paper={"test_SE2_acc": 0.63} if (group, aug) == ("T2", "none") and model != "settransformer" else {})
+        for kind, extra in (("x1", paper), ("dist", dict(features="pairwise_distances", data="official",
+                                                          num_train=3000, epochs=10))):
+            _write(root, "constellation", f"table1-{kind}-{name}-train-{aug}",
+                   config={"model": model, "group": group, "augment": aug, **extra},
+                   metrics={"test_acc": 0.5 + i / 10, "test_T2_acc": 0.25, "test_SE2_acc": 0.125},
+                   paper={"test_SE2_acc": 0.63} if (group, aug) == ("T2", "none") and model != "settransformer" else {})
+    _write(root, "constellation", "table1-x1-T2-train-SE2-seed1",
+           config={"model": "lietransformer", "group": "T2", "augment": "SE2", **paper},
+           metrics={"test_acc": 0.6, "test_T2_acc": 0.25, "test_SE2_acc": 0.125})
     _write(root, "constellation", "other-run", config={"model": "lietransformer", "group": "T2", "augment": "none"})
     text = mod.render(root)
-    grid = text[text.index("### Table 1"):]
-    grid = grid[:grid.index("\n## ")] if "\n## " in grid else grid
-    lines = [ln for ln in grid.splitlines() if ln.startswith("| ") and "model" not in ln]
-    assert lines == [
-        "| LieTransformer-T2 | D_train | 0.7 | 0.25 | 0.125 (0.63) | table1-T2-train-none |",
-        "| LieTransformer-T2 | D_train^SE2 | 0.8 | 0.25 | 0.125 | table1-T2-train-SE2 |",
-        "| LieTransformer-SE2 | D_train^T2 | 0.6 | 0.25 | 0.125 | table1-SE2-train-T2 |",
-        "| SetTransformer | D_train | 0.5 | 0.25 | 0.125 | table1-Set-train-none |",
+
+    def grid(title):
+        g = text[text.index(title):]
+        g = g[:g.index("\n###", 1)] if "\n###" in g[1:] else g
+        g = g[:g.index("\n## ")] if "\n## " in g else g
+        return [ln for ln in g.splitlines() if ln.startswith("| ") and "model" not in ln]
+    assert grid("### Table 1 in the paper's setting") == [
+        "| LieTransformer-T2 | D_train | 0.7 | 0.25 | 0.125 (0.63) | not stored | table1-x1-T2-train-none |",
+        "| LieTransformer-T2 | D_train^SE2 | 0.7 ± 0.141 (n=2) | 0.25 ± 0 (n=2) | 0.125 ± 0 (n=2) | not stored | "
+        "table1-x1-T2-train-SE2 (+1 seeds) |",
+        "| LieTransformer-SE2 | D_train^T2 | 0.6 | 0.25 | 0.125 | not stored | table1-x1-SE2-train-T2 |",
+        "| SetTransformer | D_train | 0.5 | 0.25 | 0.125 | not stored | table1-x1-Set-train-none |",
+    ]
+    assert grid("### Table 1 at a smaller budget") == [
+        "| LieTransformer-T2 | D_train | 0.7 | 0.25 | 0.125 (0.63) | not stored | table1-dist-T2-train-none |",
+        "| LieTransformer-T2 | D_train^SE2 | 0.8 | 0.25 | 0.125 | not stored | table1-dist-T2-train-SE2 |",
+        "| LieTransformer-SE2 | D_train^T2 | 0.6 | 0.25 | 0.125 | not stored | table1-dist-SE2-train-T2 |",
+        "| SetTransformer | D_train | 0.5 | 0.25 | 0.125 | not stored | table1-dist-Set-train-none |",
     ]
     _write(root / "x", "zeta", "table1-a")  # no grid for experiments without one
     assert "###" not in mod.render(root / "x")

@@ -231,6 +231,17 @@ def _one_grid(experiment: str, spec: Dict[str, Any], runs: Dict[str, Dict[str, A
     return "".join(out)
 
 
+def _setting(rec: Dict[str, Any]) -> str:
+    """The record's setting text, and a warning where it was recorded from a working tree with
+    uncommitted changes (``git_dirty``: the revision alone does not reproduce it)."""
+    text = str(rec.get("setting", ""))
+    if rec.get("git_dirty"):
+        rev = str(rec.get("git_revision") or "")[:7]
+        text += ("; " if text else "") + (f"recorded from a working tree with uncommitted changes on {rev}: that "
+                                          "revision alone may not reproduce it")
+    return text
+
+
 def _metric_rows(record: Dict[str, Any]) -> List[tuple]:
     """``(metric, paper, ours)`` strings: metrics with a paper number first; ``_std`` folded into ``±``."""
     ours = record.get("metrics") or {}
@@ -303,7 +314,7 @@ def render(root: Path) -> str:
             for i, (metric, paper, ours) in enumerate(rows):
                 first = i == 0
                 parts.append(f"| {_cell(run) if first else ''} | {_cell(metric)} | {paper} | {ours} | "
-                             f"{_cell(rec.get('setting', '')) if first else ''} | "
+                             f"{_cell(_setting(rec)) if first else ''} | "
                              f"{'`' + _cell(command) + '`' if first and command else ''} |\n")
             plots += sorted((p.name for p in (root / experiment).glob(f"{run}.*.png")), key=_natural)
         if plots:

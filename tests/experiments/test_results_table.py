@@ -25,12 +25,19 @@ def test_docs_results_md_is_up_to_date(capsys):
     assert _script().main(["--check"]) == 0, capsys.readouterr().out
 
 
-def _write(root, experiment="exp", run="r1", **kw):
+def _write(root, experiment="exp", run="r1", git_dirty=False, **kw):
+    """write_result's file, marked as recorded from a clean tree unless ``git_dirty`` (the
+    tests run in any checkout)."""
     args = dict(config={"lr": 1e-3, "path": Path("a/b")}, seed=3, metrics={"acc": 0.5}, wall_time_s=1.23456,
                 paper={"acc": 0.75}, setting="paper", command=["pyg-lie", "train", "x", "--lr", "1e-3"],
                 out_dir=str(root))
     args.update(kw)
-    return write_result(experiment, run, **args)
+    path = write_result(experiment, run, **args)
+    rec = json.loads(path.read_text())
+    if rec.get("git_revision") is not None:
+        rec["git_dirty"] = git_dirty
+        path.write_text(json.dumps(rec))
+    return path
 
 
 def test_write_result_fields(tmp_path):
@@ -195,3 +202,18 @@ def test_springs_grid_view(tmp_path):
         "| 1000 systems, 69 epochs, lr 0.003 | LieTransformer-T2 (20k parameters) | 4.00e-04 (4.50e-07) | 1.00e-03 "
         "| 2.00e-03 | 0.5 | lie-T2-n1000 |",
     ]
+
+
+def test_rows_recorded_from_a_dirty_tree_say_so(tmp_path):
+    """A result file with git_dirty true gets a warning in its setting cell; a clean one none."""
+    mod = _script()
+    root = tmp_path / "results"
+    for run, dirty in (("dirty-run", True), ("clean-run", False)):
+        path = _write(root, "vit", run, setting="scaled down", git_dirty=dirty)
+        rec = json.loads(path.read_text())
+        rec.update(git_dirty=dirty, git_revision="abcdef0123456789")
+        path.write_text(json.dumps(rec))
+    text = mod.render(root)
+    dirty = next(ln for ln in text.splitlines() if ln.startswith("| dirty-run"))
+    clean = next(ln for ln in text.splitlines() if ln.startswith("| clean-run"))
+    assert "uncommitted changes on abcdef0" in dirty and "uncommitted" not in clean

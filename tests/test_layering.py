@@ -50,6 +50,15 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
     return inside
 
 
+def _from_target(node: ast.ImportFrom, pkg: str) -> str:
+    """The absolute module of ``from <target> import ...`` inside package ``pkg``."""
+    if not node.level:
+        return node.module or ""
+    base = pkg.split(".")
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def _imports(mods: dict[str, pathlib.Path]):
     """Per module: ``(target, line, runtime)`` of every import statement anywhere in it (functions
     included). ``from pkg import name`` is an edge to the submodule ``pkg.name`` where that is a
@@ -63,12 +72,7 @@ def _imports(mods: dict[str, pathlib.Path]):
         for node in ast.walk(tree):
             runtime = id(node) not in typing_only
             if isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = pkg.split(".")
-                    base = base[: len(base) - (node.level - 1)]
-                    target = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    target = node.module or ""
+                target = _from_target(node, pkg)
                 if not target.startswith("pyg_lie"):
                     continue
                 names = [f"{target}.{a.name}" for a in node.names]
@@ -285,12 +289,7 @@ def _ops_api_violations(mods: dict[str, pathlib.Path], public: set[str]) -> list
         aliases = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = pkg.split(".")
-                    base = base[: len(base) - (node.level - 1)]
-                    target = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    target = node.module or ""
+                target = _from_target(node, pkg)
                 if target.startswith("pyg_lie.ops."):
                     bad.append(f"{where}:{node.lineno}: imports the submodule {target}")
                 elif target == "pyg_lie.ops":

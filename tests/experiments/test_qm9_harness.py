@@ -144,25 +144,26 @@ def test_bench_qm9_smoke(tmp_path):
 def test_qm9_budget_smoke_learns_resumes_and_plots(tmp_path):
     from pyg_lie.experiments import qm9_budget
     res = tmp_path / "results"
-    argv = ["train", "qm9-budget", "--root", str(tmp_path / "data"), "--max-molecules", "300", "--target", "U0",
-            "--model", "lie-T3", "--preset", "small", "--augment", "so3", "--minutes", "0.08", "--eval-points", "3",
+    # HOMO: its validation MAE falls clearly within a few hundred steps (U0's barely moves in the first ones)
+    argv = ["train", "qm9-budget", "--root", str(tmp_path / "data"), "--max-molecules", "300", "--target", "homo",
+            "--model", "lie-T3", "--preset", "small", "--augment", "so3", "--minutes", "0.1", "--eval-points", "3",
             "--lr", "3e-3", "--batch-size", "16", "--max-valid", "32", "--max-test", "32",
             "--sensitivity-molecules", "8", "--no-progress", "--out", str(tmp_path / "runs"),
             "--results-dir", str(res)]
     assert qm9_budget.main(_parse(argv)) == 0
-    rec = json.loads((res / "qm9-budget" / "U0-lie-T3-aug.json").read_text())
+    rec = json.loads((res / "qm9-budget" / "homo-lie-T3-aug.json").read_text())
     curve = rec["curve"]
-    assert len(curve) == 3 and curve[-1]["budget_s"] >= 0.08 * 60
-    assert curve[-1]["valid_mae_meV"] < curve[0]["valid_mae_meV"]  # it learns within its budget
+    assert len(curve) == 3 and curve[-1]["budget_s"] >= 0.1 * 60
+    assert curve[-1]["valid_mae_meV"] < curve[0]["valid_mae_meV"], curve  # it learns within its budget
     m = rec["metrics"]
     assert m["test_mae_meV"] > 0 and m["rotation_sensitivity_meV"] > 0 and m["steps"] > 0
     # resume: a finished run continues at once to the result; other options are refused
     assert qm9_budget.main(_parse(argv + ["--resume", "auto"])) == 0
     with pytest.raises(ValueError, match="other options"):
         qm9_budget.main(_parse([a if a != "3e-3" else "1e-3" for a in argv] + ["--resume", "auto",
-                                                                              "--run-name", "U0-lie-T3-aug"]))
-    assert qm9_budget.main(_parse(["train", "qm9-budget", "--plot", "--target", "U0", "--results-dir", str(res)])) == 0
-    assert (res / "qm9-budget" / "U0.learning_curves.png").stat().st_size > 1000
+                                                                              "--run-name", "homo-lie-T3-aug"]))
+    assert qm9_budget.main(_parse(["train", "qm9-budget", "--plot", "--target", "homo", "--results-dir", str(res)])) == 0
+    assert (res / "qm9-budget" / "homo.learning_curves.png").stat().st_size > 1000
     with pytest.raises(ValueError, match="no result files"):
         qm9_budget.main(_parse(["train", "qm9-budget", "--plot", "--target", "mu", "--results-dir", str(res)]))
 

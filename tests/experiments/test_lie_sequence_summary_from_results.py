@@ -49,3 +49,22 @@ def test_from_results_matches_options_and_refuses_ambiguity(tmp_path, monkeypatc
                            (tmp_path / "missing", "is not a folder of result files")):
         assert main([a if a != "results/lie-sequence" else str(where) for a in base]) == 2
         assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("group", ["SE2", "SO3", "Aff2"])
+def test_committed_ablation_rebuilds_from_its_own_runs(group, tmp_path, monkeypatch):
+    """Each committed ablation file's command trains (no --collect-only from the ignored runs/
+    folder), and the same command with --from-results of the file rebuilds its numbers from its
+    stored per-seed runs, without training."""
+    from pyg_lie.cli import main
+    path = ROOT / "results" / "lie-sequence-ablation" / f"{group}.json"
+    committed = json.loads(path.read_text())
+    argv = shlex.split(committed["command"])
+    assert argv[:3] == ["pyg-lie", "train", "lie-sequence-ablation"] and "--collect-only" not in argv
+    assert committed["git_dirty"] is False and committed["runs"]
+    argv = argv[1:]
+    argv[argv.index("--results-dir") + 1] = str(tmp_path / "results")
+    monkeypatch.chdir(tmp_path)
+    assert main(argv + ["--from-results", str(path), "--out", str(tmp_path / "runs")]) == 0
+    rebuilt = json.loads((tmp_path / "results" / "lie-sequence-ablation" / f"{group}.json").read_text())
+    assert rebuilt["metrics"] == committed["metrics"] and rebuilt["runs"] == committed["runs"]

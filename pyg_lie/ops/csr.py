@@ -5,7 +5,7 @@ pointer and, built when a gradient first needs it, the transposed pattern. Every
 takes one and chooses its kernel itself:
 
 * :func:`csr_scores`, :func:`csr_aggregate`: the products ``q_i . k_j`` and
-  ``sum_{j -> i} w_{h,e} v_j`` (batched matrix products on complete clouds on CPU, else the
+  ``sum_{j -> i} w_{h,e} v_j`` (batched matrix products on complete clouds, else the
   operators :func:`~pyg_lie.ops.sddmm` / :func:`~pyg_lie.ops.spmm`);
   :func:`csr_sddmm`, :func:`csr_spmm`: the operators themselves on the structure;
 * :func:`csr_softmax`: the softmax of ``(H, E)`` scores over each target's incoming edges (a

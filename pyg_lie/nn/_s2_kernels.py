@@ -17,8 +17,7 @@ import torch
 from torch import Tensor
 
 from .. import _checks as checks
-from ..ops import argsort_keys
-from ..ops import CSRStructure, to_edge_order
+from ..ops import CSRStructure, argsort_keys, to_edge_order
 from .attention_core import csr_softmax_attention
 
 __all__ = ["BipartiteCSR", "neighborhood_attention"]

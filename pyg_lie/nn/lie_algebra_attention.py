@@ -53,12 +53,12 @@ from .. import _checks as checks
 from .._checks import positive_int
 from ..groups import LieGroup, get_group
 from ..groups.base import CHART_MODES, chart_safe_log
+from ..ops import CSRStructure, csr_aggregate, to_edge_order
 from . import _explain
 from ._deprecation import renamed
 from ._bipartite import check_bipartite_edges, node_pair, same_form
 from ._edge_features import edge_score
 from ._explain import check_explain_mode, explain_mask, masked_edge_attention
-from ..ops import CSRStructure, csr_aggregate, to_edge_order
 from .attention_core import edge_attention
 
 SCORES = ("closed_form", "mlp")

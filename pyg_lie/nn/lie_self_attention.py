@@ -48,16 +48,16 @@ from torch.nn import Linear, Module, Sequential, SiLU
 from torch_geometric.nn import MessagePassing
 
 from .. import _checks as checks
-from .._tracing import tracing
 from .._checks import nonnegative_int, positive_int, probability
+from .._tracing import tracing
 from ..groups import LieGroup, get_group
+from ..ops import CSRStructure, csr_scores, to_edge_order
 from . import _explain
 from ._deprecation import default_group
 from ._bipartite import bipartite_relative_log, check_bipartite_edges, node_pair, same_form
 from ._edge_mlp import HeadwiseMLP, edge_mlp
 from ._edge_features import edge_score
 from ._explain import check_explain_mode, explain_mask, masked_edge_attention
-from ..ops import CSRStructure, csr_scores, to_edge_order
 from .attention_core import csr_edge_attention, csr_softmax_attention, edge_attention
 
 __all__ = ["LieSelfAttention", "CONTENT", "LOCATION", "COMBINE", "NORMALIZATION"]

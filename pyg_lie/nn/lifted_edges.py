@@ -38,12 +38,10 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor
 
-from .. import _checks
+from .. import _checks, ops
 from .._checks import batch_vector, nonnegative_float, optional_length, positive_int
-from ..ops import argsort_keys
 from .._tracing import compiling
 from ..groups import LieGroup
-from .. import ops
 
 __all__ = ["full_graph", "base_graph", "expand_edges", "subsample_edges", "threshold_edges",
            "lifted_knn_edges", "lifted_edges"]
@@ -364,7 +362,7 @@ def lifted_edges(pos: Tensor, batch: Optional[Tensor], num_lifts: int, radius: O
     else:  # any order; expand_edges wants it sorted by target
         _checks.edge_index(edge_index)
         edge_index = _checks.index_tensor("edge_index", edge_index, N, "point")
-        edge_index = edge_index[:, argsort_keys(edge_index[1] * max(N, 1) + edge_index[0])[1]]
+        edge_index = edge_index[:, ops.argsort_keys(edge_index[1] * max(N, 1) + edge_index[0])[1]]
     ei = expand_edges(edge_index, N, num_lifts)
     if log_threshold is not None:
         if g is None or group is None:

@@ -10,7 +10,9 @@ training process (one thread with ``--threads 1``), so runs on a shared machine 
 same compute whatever else runs beside them; ``--clock wall`` counts wall time.
 Evaluations are outside the budget: ``--eval-points`` times during the run the validation
 MAE of the first ``--max-valid`` validation molecules is recorded against the budget spent
-(the learning curve). At the end: the test MAE on the first ``--max-test`` test molecules
+(the learning curve), beside the validation MAE of the best constant (the training median,
+``valid_mae_<unit>_constant`` in the result: a curve that does not get below it has learned
+nothing from the molecules). At the end: the test MAE on the first ``--max-test`` test molecules
 (all by default) and the rotation sensitivity (the standard deviation of the prediction
 over 8 random rotations of each of the first ``--sensitivity-molecules`` test molecules,
 in the target's unit, 0 for an exactly invariant model).
@@ -151,6 +153,10 @@ def main(args: argparse.Namespace) -> int:
     y = ds._data.y[train_idx, tf.column].double() * tf.factor
     mean, std = float(y.mean()), float(y.std()) if y.numel() > 1 else 1.0
     std = std if std > 0 else 1.0
+    # the best constant under the L1 loss: a curve above it has learned nothing from the molecules
+    constant = float(y.median())
+    y_valid = ds._data.y[split["valid"][:args.max_valid], tf.column].double() * tf.factor
+    constant_mae = float((y_valid - constant).abs().mean()) if y_valid.numel() else None
 
     seed_everything(args.seed)
     model, predict = build_model(args.model, tf.num_features, args.preset, args.lift)
@@ -176,7 +182,9 @@ def main(args: argparse.Namespace) -> int:
     eval_at = [budget * (i + 1) / args.eval_points for i in range(args.eval_points)]
     aug_gen = torch.Generator().manual_seed(args.seed + 17)
     print(f"QM9 {tf.name} [{tf.unit}] {run}: {count_parameters(model)} parameters, train {len(train)}, "
-          f"valid {len(valid)}, test {len(test)}; budget {args.minutes:g} min of {args.clock} time")
+          f"valid {len(valid)}, test {len(test)}; budget {args.minutes:g} min of {args.clock} time"
+          + (f"; the training median as prediction: validation MAE {constant_mae:.4g} {tf.unit}"
+             if constant_mae is not None else ""))
     progress = None
     if not args.no_progress:
         from tqdm.auto import tqdm
@@ -239,7 +247,8 @@ def main(args: argparse.Namespace) -> int:
     metrics = {f"test_mae_{unit}": test_mae, f"rotation_sensitivity_{unit}": sens,
                "parameters": count_parameters(model), "steps": state["steps"],
                "epochs": state["molecules"] / len(train), "budget_minutes": args.minutes,
-               "molecules_per_budget_s": state["molecules"] / max(clock.read(), 1e-9)}
+               "molecules_per_budget_s": state["molecules"] / max(clock.read(), 1e-9),
+               f"valid_mae_{unit}_constant": constant_mae}
     paper = {f"test_mae_{unit}_SE3": PAPER_MAE["SE3"].get(tf.name),
              f"test_mae_{unit}_T3_aug": PAPER_MAE["T3+aug"].get(tf.name)}
     setting = (f"{args.minutes:g} min of {args.clock} time per model, {len(train)} training molecules, "
@@ -272,7 +281,7 @@ def plot_curves(folder: Path, target: str) -> Path:
         raise ValueError(f"no result files {folder}/{target}-*.json; run pyg-lie train qm9-budget --target {target} "
                          f"for each model first")
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    unit = None
+    unit, constant_drawn = None, False
     for path in files:
         rec = json.loads(path.read_text())
         curve: List[Dict] = rec.get("curve") or []
@@ -282,12 +291,16 @@ def plot_curves(folder: Path, target: str) -> Path:
         unit = key[len("valid_mae_"):]
         test = rec["metrics"].get(f"test_mae_{unit}")
         label = rec["run"][len(target) + 1:] + (f" (test {test:.4g})" if test is not None else "")
-        ax.plot([c["budget_s"] / 60 for c in curve], [c[key] for c in curve], marker="o", label=label)
+        line, = ax.plot([c["budget_s"] / 60 for c in curve], [c[key] for c in curve], marker="o", label=label)
+        constant = rec["metrics"].get(f"{key}_constant")
+        if constant is not None:
+            ax.axhline(constant, color=line.get_color(), linestyle=":", linewidth=1)
+            constant_drawn = True
     clock = json.loads(files[0].read_text())["config"].get("clock", "cpu")
     ax.set_xlabel(f"training budget spent ({clock} minutes)")
     ax.set_ylabel(f"validation MAE ({unit})")
     ax.set_yscale("log")
-    ax.set_title(f"QM9 {target}: equal {clock} time")
+    ax.set_title(f"QM9 {target}: equal {clock} time" + (" (dotted: the training median)" if constant_drawn else ""))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

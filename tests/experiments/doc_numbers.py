@@ -9,7 +9,9 @@ blocks (commands and option values, which the commands' result files record).
 A number is *backed* when a value within half a unit of its last written digit (``0.825``:
 0.8245 .. 0.8255; ``7e-6``: 6.5e-6 .. 7.5e-6; ``2200``: 2150 .. 2250) is stored in a committed
 result file of the page's experiments (:data:`PAGES`; every number, also those in commands and
-setting texts) or printed in a generated table (``docs/benchmarks.md``; ``docs/results.md``
+setting texts), is the mean or sample standard deviation of a metric over a run's seed repeats
+(``<run>``, ``<run>-seed<k>``: what ``docs/results.md`` prints as mean ± std), or is printed in a
+generated table (``docs/benchmarks.md``; ``docs/results.md``
 prints the same files). This is a necessary check, not a sufficient one: a number written to
 one significant digit has a wide interval, and any stored value inside it backs it.
 """
@@ -150,13 +152,40 @@ def _values_in_text(text: str, where: str) -> Iterator[tuple]:
         yield float(m.group()), where
 
 
+_SEED = re.compile(r"-seed\d+$")
+
+
+def _seed_aggregates(json_files: Sequence[Path]) -> Iterator[tuple]:
+    """``(value, where)`` of the mean and sample standard deviation of every metric over the repeats
+    of a run (``<run>`` and ``<run>-seed<k>`` in one folder), as ``scripts/results_table.py`` prints them."""
+    groups = {}
+    for path in json_files:
+        groups.setdefault((path.parent, _SEED.sub("", path.stem)), []).append(path)
+    for (folder, run), paths in groups.items():
+        if len(paths) < 2:
+            continue
+        metrics = [json.loads(p.read_text()).get("metrics") or {} for p in paths]
+        for key in set.intersection(*(set(m) for m in metrics)):
+            values = [m[key] for m in metrics]
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+                continue
+            mean = sum(values) / len(values)
+            std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+            where = f"{folder.relative_to(ROOT).as_posix()}/{run} (+seeds).{key}"
+            yield abs(mean), where + " mean"
+            yield std, where + " std"
+
+
 class Sources:
-    """Every number of the committed result files and generated tables, searchable by interval."""
+    """Every number of the committed result files and generated tables, searchable by interval
+    (with the means and spreads over the seed repeats of a run)."""
 
     def __init__(self, json_files: Iterable[Path], tables: Iterable[Path]):
         pairs = []
+        json_files = list(json_files)
         for path in json_files:
             pairs.extend(_values_of(json.loads(path.read_text()), path.relative_to(ROOT).as_posix()))
+        pairs.extend(_seed_aggregates([p for p in json_files if p.is_relative_to(ROOT / "results")]))
         for path in tables:
             pairs.extend(_values_in_text(path.read_text(), path.relative_to(ROOT).as_posix()))
         pairs.sort()
@@ -166,8 +195,8 @@ class Sources:
     @classmethod
     def committed(cls, page: str) -> "Sources":
         """The result files of ``page``'s experiments (:data:`PAGES`) and the generated tables
-        (``docs/benchmarks.md`` where the page has benchmarks, and the page's sections of
-        ``docs/results.md``, which print the same files' numbers)."""
+        (``docs/benchmarks.md`` where the page has benchmarks; ``docs/results.md`` prints the same
+        files' numbers and their means over seeds)."""
         folders, benchmarks = PAGES[page]
         files = [p for f in folders for p in sorted((ROOT / "results" / f).glob("*.json"))]
         files += [ROOT / "benchmarks" / "results" / b for b in benchmarks]

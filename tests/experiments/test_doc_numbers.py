@@ -69,6 +69,8 @@ def test_the_check_flags_made_up_and_altered_numbers():
     # a committed number changed in its last digit is no longer backed; within rounding it is
     assert "0.684" in text and unbacked(page, text.replace("0.684", "0.689"), sources, ALLOWED)
     assert not unbacked(page, text.replace("0.684", "0.68"), sources, ALLOWED)
+    # a mean ± std over seed repeats is backed by the repeats' files, and only at its value
+    assert "0.647 ± 0.0653" in text and unbacked(page, text.replace("0.0653", "0.0673"), sources, ALLOWED)
 
 
 def test_what_counts_as_a_number():

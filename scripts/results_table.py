@@ -184,14 +184,24 @@ def _paper_table1(rec: Dict[str, Any]) -> bool:
 _SEED = re.compile(r"-seed\d+$")
 
 
+def seed_base(run: str) -> str:
+    """The run that ``run`` repeats with another seed (``<run>-seed<k>``), else ``run`` itself."""
+    return _SEED.sub("", run)
+
+
+def mean_std(values: Sequence[float]) -> tuple:
+    """Mean and sample standard deviation (``n - 1``) of two or more values, as the grids print them."""
+    mean = sum(values) / len(values)
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
 def _grid_cell(records: List[Dict[str, Any]], metric: str) -> str:
     values = [float(r["metrics"][metric]) for r in records if metric in (r.get("metrics") or {})]
     if not values:
         return "not stored"
     if len(values) == 1:
         return _fmt(values[0])
-    mean = sum(values) / len(values)
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    mean, std = mean_std(values)
     return f"{_fmt(mean)} ± {_fmt(std)} (n={len(values)})"
 
 
@@ -204,7 +214,7 @@ def _one_grid(experiment: str, spec: Dict[str, Any], runs: Dict[str, Dict[str, A
     groups: Dict[str, List[str]] = {}
     for run in sorted(runs, key=_natural):
         if spec["select"](run, runs[run]):
-            groups.setdefault(_SEED.sub("", run) if spec["seeds"] else run, []).append(run)
+            groups.setdefault(seed_base(run) if spec["seeds"] else run, []).append(run)
     rows: Dict[tuple, str] = {}
     for base in sorted(groups, key=_natural):
         rows.setdefault(spec["label"](runs[groups[base][0]]), base)

@@ -26,29 +26,28 @@ def _seed():
     yield
 
 
-def _global_state():
+def _process_state():
+    """name -> (read, restore) of every process-wide torch / pyg_lie setting a test might change."""
     from pyg_lie import ops
-    return {"default dtype": torch.get_default_dtype(), "torch threads": torch.get_num_threads(),
-            "ops backend": ops.get_backend(), "grad mode": torch.is_grad_enabled(),
-            "deterministic algorithms": torch.are_deterministic_algorithms_enabled(),
-            "anomaly detection": torch.is_anomaly_enabled(),
-            "CPU autocast": torch.is_autocast_enabled("cpu")}
+    return {"default dtype": (torch.get_default_dtype, torch.set_default_dtype),
+            "torch threads": (torch.get_num_threads, torch.set_num_threads),
+            "ops backend": (ops.get_backend, ops.set_backend),
+            "grad mode": (torch.is_grad_enabled, torch.set_grad_enabled),
+            "deterministic algorithms": (torch.are_deterministic_algorithms_enabled, torch.use_deterministic_algorithms),
+            "anomaly detection": (torch.is_anomaly_enabled, torch.autograd.set_detect_anomaly),
+            "CPU autocast": (lambda: torch.is_autocast_enabled("cpu"), lambda on: torch.set_autocast_enabled("cpu", on))}
 
 
 @pytest.fixture(autouse=True)
 def _no_leaked_global_state():
     """A test that changes process-wide torch or pyg_lie settings fails here (and the settings are
     restored), so a later test in the same worker never trains under another test's state."""
-    before = _global_state()
+    state = _process_state()
+    before = {name: read() for name, (read, _) in state.items()}
     yield
-    after = _global_state()
-    changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+    after = {name: read() for name, (read, _) in state.items()}
+    changed = {name: (before[name], after[name]) for name in state if after[name] != before[name]}
+    for name in changed:
+        state[name][1](before[name])  # restore
     if changed:
-        from pyg_lie import ops
-        torch.set_default_dtype(before["default dtype"])
-        torch.set_num_threads(before["torch threads"])
-        ops.set_backend(before["ops backend"])
-        torch.set_grad_enabled(before["grad mode"])
-        torch.use_deterministic_algorithms(before["deterministic algorithms"])
-        torch.autograd.set_detect_anomaly(before["anomaly detection"])
         pytest.fail(f"the test left process-wide state changed (before, after): {changed}")

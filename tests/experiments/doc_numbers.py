@@ -18,6 +18,7 @@ one significant digit has a wide interval, and any stored value inside it backs 
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import math
 import re
@@ -152,15 +153,24 @@ def _values_in_text(text: str, where: str) -> Iterator[tuple]:
         yield float(m.group()), where
 
 
-_SEED = re.compile(r"-seed\d+$")
+@functools.lru_cache(maxsize=None)
+def _results_table():
+    """``scripts/results_table.py``, whose seed grouping and mean ± std the results page prints."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("results_table", ROOT / "scripts" / "results_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _seed_aggregates(json_files: Sequence[Path]) -> Iterator[tuple]:
     """``(value, where)`` of the mean and sample standard deviation of every metric over the repeats
-    of a run (``<run>`` and ``<run>-seed<k>`` in one folder), as ``scripts/results_table.py`` prints them."""
+    of a run (``<run>`` and ``<run>-seed<k>`` in one folder), computed as ``scripts/results_table.py``
+    computes the ``mean ± std`` it prints."""
+    table = _results_table()
     groups = {}
     for path in json_files:
-        groups.setdefault((path.parent, _SEED.sub("", path.stem)), []).append(path)
+        groups.setdefault((path.parent, table.seed_base(path.stem)), []).append(path)
     for (folder, run), paths in groups.items():
         if len(paths) < 2:
             continue
@@ -169,8 +179,7 @@ def _seed_aggregates(json_files: Sequence[Path]) -> Iterator[tuple]:
             values = [m[key] for m in metrics]
             if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
                 continue
-            mean = sum(values) / len(values)
-            std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+            mean, std = table.mean_std(values)
             where = f"{folder.relative_to(ROOT).as_posix()}/{run} (+seeds).{key}"
             yield abs(mean), where + " mean"
             yield std, where + " std"
